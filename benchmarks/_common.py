@@ -1,0 +1,78 @@
+"""Shared helpers for the benchmark scripts (not part of the package)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+
+
+def conversation_files(path: str | Path) -> list[tuple[str, dict]]:
+    """(sample_id, sample) for a folder of per-conversation files or a locomo10.json."""
+    from memsif_lite.importers import locomo_samples
+
+    p = Path(path)
+    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+    out = []
+    for f in files:
+        data = json.loads(f.read_text(encoding="utf-8"))
+        try:
+            samples = locomo_samples(data)
+        except Exception:
+            continue
+        for i, s in enumerate(samples):
+            sid = str(s.get("sample_id") or (f.stem if len(samples) == 1 else f"{f.stem}-{i}"))
+            out.append((sid, s))
+    return out
+
+
+class CachedEmbedder:
+    """Wraps an embedder with an on-disk cache keyed by text+kind (benchmarks re-embed the same
+    turns for every system; the cache makes that cost be paid once)."""
+
+    def __init__(self, inner, cache_name: str = "vectors"):
+        self.inner = inner
+        self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        CACHE.mkdir(exist_ok=True)
+        self.path = CACHE / f"{cache_name}-{inner.model_id}.npz"
+        self.mem: dict[str, np.ndarray] = {}
+        if self.path.exists():
+            d = np.load(self.path)
+            self.mem = {k: d[k] for k in d.files}
+        self.dirty = False
+        self.misses = 0
+
+    def embed(self, texts, *, kind):
+        keys = [hashlib.sha1(f"{kind}\0{t}".encode()).hexdigest() for t in texts]
+        miss = [i for i, k in enumerate(keys) if k not in self.mem]
+        if miss:
+            vecs = self.inner.embed([texts[i] for i in miss], kind=kind)
+            for i, v in zip(miss, vecs):
+                self.mem[keys[i]] = v
+            self.dirty = True
+            self.misses += len(miss)
+        return np.stack([self.mem[k] for k in keys]) if keys else np.zeros((0, self.dim), np.float32)
+
+    def save(self):
+        if self.dirty:
+            np.savez(self.path, **self.mem)
+            self.dirty = False
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def machine() -> str:
+    import platform
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

@@ -1,0 +1,219 @@
+"""Embeddings: the bundled ONNX model (onnxruntime + tokenizers, no torch, no network),
+behind a small protocol so another model can be configured.
+
+A model directory holds ``embedder.json`` (model id, dimension, prefixes and the calibrated
+cosine levels used to normalise the semantic score), the ONNX file and ``tokenizer.json``.
+Without a manifest the directory must hold ``model*.onnx`` and ``tokenizer.json``; the id is
+then derived from the ONNX file's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .errors import EmbeddingError
+
+__all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "default_model_dir", "load_embedder", "validate_vectors"]
+
+log = logging.getLogger("memsif_lite")
+Kind = Literal["query", "passage"]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What memsif needs of an embedding model. Vectors are float32, L2-normalised, [n, dim]."""
+
+    model_id: str
+    dim: int
+    metric: str
+    #: raw-cosine levels of an unrelated pair and a same-topic pair (normalisation of s_sem)
+    sem_levels: tuple[float, float]
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> np.ndarray: ...
+
+
+def default_model_dir() -> Path:
+    """The bundled model: package data after ``pip install .``, else the checkout's models/."""
+    try:
+        from importlib import resources
+
+        manifest = Path(str(resources.files("memsif_lite.models").joinpath("embedder.json")))
+        if manifest.is_file():
+            return manifest.parent
+    except (ModuleNotFoundError, TypeError):
+        pass
+    p = Path(__file__).resolve().parent.parent / "models"
+    if (p / "embedder.json").is_file():
+        return p
+    raise EmbeddingError("the bundled embedding model is missing; reinstall memsif_lite")
+
+
+def validate_vectors(vecs: np.ndarray, n: int, dim: int) -> np.ndarray:
+    """Float32, finite, the right shape, unit length: anything else is an EmbeddingError."""
+    try:
+        arr = np.asarray(vecs, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise EmbeddingError(f"embedder returned non-numeric vectors: {e}") from e
+    if arr.shape != (n, dim):
+        raise EmbeddingError(f"embedder returned shape {arr.shape}, expected {(n, dim)}")
+    if not np.isfinite(arr).all():
+        raise EmbeddingError("embedder returned NaN or infinite values")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if n and (norms < 1e-6).any():
+        raise EmbeddingError("embedder returned a zero vector")
+    return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+class OnnxEmbedder:
+    """An E5-style encoder run with onnxruntime: mean pooling over the mask, L2-normalised."""
+
+    metric = "cosine"
+
+    def __init__(self, model_dir: str | Path | None = None, *, threads: int | None = None, batch_size: int = 32):
+        d = Path(model_dir) if model_dir is not None else default_model_dir()
+        manifest_path = d / "embedder.json"
+        try:
+            if manifest_path.is_file():
+                m = json.loads(manifest_path.read_text(encoding="utf-8"))
+                onnx_path = d / m.get("onnx", "model_int8.onnx")
+                tok_path = d / m.get("tokenizer", "tokenizer.json")
+            else:
+                m = {}
+                candidates = sorted(d.glob("model*.onnx"))
+                if not candidates:
+                    raise EmbeddingError(f"no model*.onnx in {d}")
+                onnx_path, tok_path = candidates[0], d / "tokenizer.json"
+                m["model_id"] = f"{d.name}-{_file_digest(onnx_path)[:12]}"
+        except (OSError, ValueError) as e:
+            raise EmbeddingError(f"cannot read embedding model in {d}: {e}") from e
+        self.model_id: str = str(m["model_id"])
+        self.max_length = int(m.get("max_length", 512))
+        self.pad_id = int(m.get("pad_id", 1))
+        self.prefixes = {"query": m.get("query_prefix", "query: "), "passage": m.get("passage_prefix", "passage: ")}
+        self.sem_levels = (float(m.get("sem_low", 0.0)), float(m.get("sem_high", 1.0)))
+        self.batch_size = batch_size
+        self._threads = threads or os.cpu_count() or 1
+        self._onnx_path, self._tok_path = onnx_path, tok_path
+        self._session = None
+        self._tokenizer = None
+        self.dim: int = int(m["dim"]) if "dim" in m else self._probe_dim()
+
+    def _load(self) -> None:
+        if self._session is not None:
+            return
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError as e:  # pragma: no cover - both are install requirements
+            raise EmbeddingError(f"onnxruntime/tokenizers not installed: {e}") from e
+        try:
+            tok = Tokenizer.from_file(str(self._tok_path))
+            tok.no_padding()
+            tok.enable_truncation(self.max_length)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = self._threads
+            opts.inter_op_num_threads = 1
+            opts.log_severity_level = 3
+            sess = ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
+            raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e}") from e
+        self._inputs = {i.name for i in sess.get_inputs()}
+        self._tokenizer, self._session = tok, sess
+
+    def _probe_dim(self) -> int:
+        self._load()
+        out = self._run([[0, 2]])
+        return int(out.shape[1])
+
+    def _run(self, ids: list[list[int]]) -> np.ndarray:
+        width = max(len(x) for x in ids)
+        input_ids = np.full((len(ids), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for i, row in enumerate(ids):
+            input_ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        hidden = self._session.run(None, feeds)[0]  # type: ignore[union-attr]
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        return pooled.astype(np.float32)
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self._load()
+        prefix = self.prefixes[kind]
+        try:
+            encs = self._tokenizer.encode_batch([prefix + t for t in texts])  # type: ignore[union-attr]
+            ids = [e.ids for e in encs]
+            order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+            out = np.zeros((len(ids), self.dim), dtype=np.float32)
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                out[chunk] = self._run([ids[i] for i in chunk])
+        except EmbeddingError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise EmbeddingError(f"embedding failed: {e}") from e
+        return validate_vectors(out, len(texts), self.dim)
+
+
+class LiteLLMEmbedder:
+    """An embedding API through litellm (e.g. ``openai/text-embedding-3-small`` or a local server).
+
+    ``sem_levels`` should be calibrated for the model (benchmarks/calibrate.py); the defaults
+    treat cosine 0 as unrelated and 1 as identical.
+    """
+
+    metric = "cosine"
+
+    def __init__(self, model: str, *, sem_levels: tuple[float, float] = (0.0, 1.0), timeout: float = 30.0,
+                 **litellm_kwargs: object):
+        self.model_id = f"litellm:{model}"
+        self._model = model
+        self._kwargs = litellm_kwargs
+        self._timeout = timeout
+        self.sem_levels = sem_levels
+        self.dim = int(self._call(["dimension probe"]).shape[1])
+
+    def _call(self, texts: Sequence[str]) -> np.ndarray:
+        from .llm import import_litellm
+
+        litellm = import_litellm()
+        try:
+            resp = litellm.embedding(model=self._model, input=list(texts), timeout=self._timeout, **self._kwargs)
+            data = sorted(resp.data, key=lambda d: d["index"])
+            return np.asarray([d["embedding"] for d in data], dtype=np.float32)
+        except Exception as e:  # noqa: BLE001
+            raise EmbeddingError(f"embedding API {self._model} failed: {e}") from e
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return validate_vectors(self._call(texts), len(texts), self.dim)
+
+
+def load_embedder(spec: str | None) -> Embedder:
+    """``None``: the bundled model; a directory path: an ONNX model there; ``litellm:MODEL``: an API."""
+    if spec is None:
+        return OnnxEmbedder()
+    if spec.startswith("litellm:"):
+        return LiteLLMEmbedder(spec.removeprefix("litellm:"))
+    return OnnxEmbedder(spec)
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

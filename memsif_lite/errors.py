@@ -1,0 +1,71 @@
+"""Every error memsif_lite raises on purpose, in one place.
+
+MemsifError
+├── MemoryFileError          the file cannot be used as a memory file
+│   ├── NotAMemoryFileError  not SQLite, or SQLite that memsif_lite did not write
+│   ├── SchemaVersionError   written by a newer memsif_lite (or an unknown schema)
+│   └── EmbeddingMismatchError  written with another embedding model / dimension
+├── InvalidInputError        bad text, timestamp, session, ids (also a ValueError)
+├── ConfigError              invalid configuration values (also a ValueError)
+├── NotFoundError            an id that does not exist (also a KeyError)
+├── EmbeddingError           the embedder failed or returned bad vectors
+└── LLMError                 the configured LLM failed (only raised where no fallback exists)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MemsifError",
+    "MemoryFileError",
+    "NotAMemoryFileError",
+    "SchemaVersionError",
+    "EmbeddingMismatchError",
+    "InvalidInputError",
+    "ConfigError",
+    "NotFoundError",
+    "EmbeddingError",
+    "LLMError",
+]
+
+
+class MemsifError(Exception):
+    """Base class of every error raised by memsif_lite."""
+
+
+class MemoryFileError(MemsifError):
+    """The file cannot be opened as a memsif memory file; it was left untouched."""
+
+
+class NotAMemoryFileError(MemoryFileError):
+    """Not an SQLite database, or an SQLite database that memsif_lite did not create."""
+
+
+class SchemaVersionError(MemoryFileError):
+    """The file's schema version is newer than this code understands."""
+
+
+class EmbeddingMismatchError(MemoryFileError):
+    """The file was written with a different embedding model, dimension or metric."""
+
+
+class InvalidInputError(MemsifError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class ConfigError(MemsifError, ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class NotFoundError(MemsifError, KeyError):
+    """An id that does not exist in this memory file."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class EmbeddingError(MemsifError):
+    """The embedding model could not be loaded or produced invalid vectors."""
+
+
+class LLMError(MemsifError):
+    """The configured LLM failed where no offline fallback exists."""

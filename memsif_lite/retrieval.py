@@ -1,0 +1,124 @@
+"""Retrieval over the file: dense KNN (sqlite-vec), BM25 (FTS5), reciprocal rank fusion,
+at the level of messages, Topical Segments or Event Trajectories."""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import apsw
+import numpy as np
+
+from .entities import _STOP
+from .timeutil import from_stored
+from .types import SearchResult
+
+__all__ = ["Retriever", "fts_query", "rrf"]
+
+RRF_K = 60
+#: BM25 weight of the speaker column relative to the text (names in questions matter, but less)
+SPEAKER_WEIGHT = 0.3
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query: every word quoted, OR-ed; stop words dropped unless nothing else is left."""
+    words = [w.lower() for w in _TOKEN.findall(text)]
+    keep = [w for w in words if w not in _STOP] or words
+    keep = list(dict.fromkeys(keep))[:64]
+    if not keep:
+        return None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in keep)
+
+
+def rrf(*rankings: list[int], k: int = RRF_K) -> dict[int, float]:
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank + 1)
+    return scores
+
+
+class Retriever:
+    def __init__(self, con: apsw.Connection, embed_query: Callable[[str], np.ndarray]):
+        self.con = con
+        self.embed_query = embed_query
+
+    # -- rankings ------------------------------------------------------------------------------
+    def dense(self, table: str, qvec: np.ndarray, depth: int) -> list[int]:
+        depth = min(depth, 4096)
+        return [r[0] for r in self.con.execute(
+            f"SELECT rowid FROM {table} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+            (qvec.astype(np.float32).tobytes(), depth))]
+
+    def bm25(self, query: str, depth: int) -> list[int]:
+        q = fts_query(query)
+        if q is None:
+            return []
+        return [r[0] for r in self.con.execute(
+            "SELECT rowid FROM message_fts WHERE message_fts MATCH ? ORDER BY bm25(message_fts, ?, 1.0) LIMIT ?", (q, SPEAKER_WEIGHT, depth))]
+
+    def message_scores(self, query: str, depth: int) -> dict[int, float]:
+        qvec = self.embed_query(query)
+        return rrf(self.dense("message_vec", qvec, depth), self.bm25(query, depth))
+
+    # -- search ----------------------------------------------------------------------------------
+    def search(self, query: str, *, k: int, level: str) -> list[SearchResult]:
+        depth = max(4 * k, 50)
+        msg_scores = self.message_scores(query, depth)
+        if level == "message":
+            top = sorted(msg_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            return [self._message_hit(mid, score) for mid, score in top]
+        qvec = self.embed_query(query)
+        msg_rank = [mid for mid, _ in sorted(msg_scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+        if level == "segment":
+            unit_of = self._segment_of(msg_rank)
+            dense = self.dense("segment_vec", qvec, depth)
+        else:
+            unit_of = self._trajectory_of(msg_rank)
+            dense = self.dense("trajectory_vec", qvec, depth)
+        by_msgs: list[int] = []
+        for mid in msg_rank:
+            u = unit_of.get(mid)
+            if u is not None and u not in by_msgs:
+                by_msgs.append(u)
+        scores = rrf(dense, by_msgs)
+        top = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        return [self._unit_hit(level, uid, score) for uid, score in top]
+
+    def _segment_of(self, mids: list[int]) -> dict[int, int]:
+        if not mids:
+            return {}
+        marks = ",".join("?" * len(mids))
+        return dict(self.con.execute(
+            f"SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})", mids).fetchall())
+
+    def _trajectory_of(self, mids: list[int]) -> dict[int, int]:
+        if not mids:
+            return {}
+        marks = ",".join("?" * len(mids))
+        return {m: t for m, t in self.con.execute(
+            f"SELECT u.message_id, s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
+            f"WHERE u.message_id IN ({marks})", mids) if t is not None}
+
+    def _message_hit(self, mid: int, score: float) -> SearchResult:
+        r = self.con.execute("SELECT id, speaker, text, at, session, source_id FROM messages WHERE id=?",
+                             (mid,)).fetchone()
+        return SearchResult(r[0], r[1], r[2], from_stored(r[3]), r[4], score, "message", r[5], (r[0],),
+                            (r[5],) if r[5] else ())
+
+    def unit_messages(self, level: str, uid: int) -> list[tuple]:
+        if level == "segment":
+            where, arg = "u.segment_id=?", uid
+        else:
+            where, arg = "u.segment_id IN (SELECT id FROM segments WHERE trajectory_id=?)", uid
+        return self.con.execute(
+            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id FROM message_units u "
+            f"JOIN messages m ON m.id=u.message_id WHERE {where} ORDER BY m.id", (arg,)).fetchall()
+
+    def _unit_hit(self, level: str, uid: int, score: float) -> SearchResult:
+        rows = self.unit_messages(level, uid)
+        speakers = ", ".join(dict.fromkeys(r[1] for r in rows))
+        text = "\n".join(f"{r[1]}: {r[2]}" for r in rows)
+        return SearchResult(uid, speakers, text, from_stored(rows[0][3]), rows[0][4], score, level, None,
+                            tuple(r[0] for r in rows), tuple(r[5] for r in rows if r[5]))

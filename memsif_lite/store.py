@@ -1,0 +1,289 @@
+"""The memory file: inspection before trust, one `_connect()`, migrations, write transactions.
+
+Opening a file happens in two steps (see ../README.md "Guarantees"):
+
+1. *Inspect* it read-only with no extension loaded: it must be SQLite, pass ``quick_check``,
+   carry our ``application_id``, a ``user_version`` we know, and exactly the schema objects our
+   migrations create (so no foreign table, trigger or view rides along).
+2. *Connect* for real: defensive mode, untrusted schema, triggers and views disabled, sqlite-vec
+   loaded and extension loading switched off again, WAL, ``synchronous`` (FULL by default),
+   ``busy_timeout``, foreign keys; then apply pending migrations, each in one transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+import apsw
+import sqlite_vec
+
+from .errors import (
+    EmbeddingMismatchError,
+    MemoryFileError,
+    NotAMemoryFileError,
+    SchemaVersionError,
+)
+
+__all__ = ["APPLICATION_ID", "FileInfo", "inspect", "_connect", "write", "migrations", "expected_schema"]
+
+log = logging.getLogger("memsif_lite")
+
+#: ``PRAGMA application_id`` of every memsif file: the bytes "MSIF".
+APPLICATION_ID = 0x4D534946
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What inspection learnt about an existing file."""
+
+    user_version: int
+    meta: dict[str, str]
+
+
+def _sql_dir():
+    try:
+        d = resources.files("memsif_lite.sql")
+        if d.is_dir():
+            return d
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "sql"  # a source checkout
+
+
+@functools.lru_cache(maxsize=1)
+def migrations() -> tuple[tuple[int, str], ...]:
+    """(version, sql) for every packaged migration, in order; versions are 1, 2, 3, ..."""
+    steps = []
+    for entry in _sql_dir().iterdir():
+        m = _MIGRATION_NAME.match(entry.name)
+        if m:
+            steps.append((int(m.group(1)), entry.read_text(encoding="utf-8")))
+    steps.sort()
+    if [v for v, _ in steps] != list(range(1, len(steps) + 1)):
+        raise RuntimeError(f"migrations are not numbered 1..n: {[v for v, _ in steps]}")
+    return tuple(steps)
+
+
+def latest_version() -> int:
+    return len(migrations())
+
+
+def _load_vec(con: apsw.Connection) -> None:
+    con.enable_load_extension(True)
+    try:
+        con.load_extension(sqlite_vec.loadable_path())
+    finally:
+        con.enable_load_extension(False)
+
+
+def _harden(con: apsw.Connection) -> None:
+    con.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
+    con.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
+    con.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+    con.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, 0)
+    con.limit(apsw.SQLITE_LIMIT_ATTACHED, 0)
+    con.execute("PRAGMA cell_size_check=ON; PRAGMA mmap_size=0; PRAGMA trusted_schema=OFF")
+
+
+@functools.lru_cache(maxsize=16)
+def expected_schema(version: int, dim: int) -> frozenset[tuple[str, str, str, str]]:
+    """The exact sqlite_schema rows our migrations 1..version create for dimension ``dim``."""
+    con = apsw.Connection(":memory:")
+    _load_vec(con)
+    for v, sql in migrations()[:version]:
+        con.execute(_render(sql, dim))
+    rows = con.execute("SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
+    con.close()
+    return frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows)
+
+
+def _norm_sql(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+def _render(sql: str, dim: int) -> str:
+    return sql.replace("{dim}", str(int(dim)))
+
+
+def inspect(path: str | Path) -> FileInfo | None:
+    """Check an existing file without trusting it. Returns None for a new (absent or empty) file.
+
+    Raises a :class:`MemoryFileError` subclass and never modifies the file.
+    """
+    p = Path(path)
+    if not p.exists() or (p.is_file() and p.stat().st_size == 0 and not Path(f"{p}-wal").exists()):
+        return None
+    if not p.is_file():
+        raise NotAMemoryFileError(f"{p} is not a regular file")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(100)
+    except OSError as e:
+        raise MemoryFileError(f"cannot read {p}: {e}") from e
+    if not head.startswith(_SQLITE_MAGIC):
+        raise NotAMemoryFileError(f"{p} is not an SQLite database (and so not a memsif memory file)")
+    uri = "file:" + _uri_path(p) + "?mode=ro"
+    try:
+        con = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error as e:
+        raise NotAMemoryFileError(f"cannot open {p} as SQLite: {e}") from e
+    try:
+        _harden(con)
+        try:
+            ok = con.execute("PRAGMA quick_check").fetchall()
+            app_id = con.execute("PRAGMA application_id").fetchone()[0]
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            rows = con.execute("SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
+        except (apsw.NotADBError, apsw.CorruptError) as e:
+            raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
+        except apsw.Error as e:
+            raise MemoryFileError(f"cannot inspect {p}: {e}") from e
+        if app_id == 0 and version == 0 and not rows:
+            return None  # an empty SQLite file: ours to initialise
+        if app_id != APPLICATION_ID:
+            raise NotAMemoryFileError(
+                f"{p} is an SQLite database but not a memsif memory file (application_id {app_id:#x})"
+            )
+        if ok != [("ok",)]:
+            raise MemoryFileError(f"{p} failed SQLite's quick_check: {ok[:3]}")
+        if version > latest_version():
+            raise SchemaVersionError(
+                f"{p} has schema version {version}, newer than this memsif_lite understands "
+                f"({latest_version()}); upgrade memsif_lite to open it"
+            )
+        if version < 1:
+            raise MemoryFileError(f"{p} carries the memsif application id but no schema")
+        try:
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            dim = int(meta["embedding_dim"])
+        except (apsw.Error, KeyError, ValueError, TypeError) as e:
+            raise MemoryFileError(f"{p} has no valid meta table: {e}") from e
+        if not 1 <= dim <= 8192:
+            raise MemoryFileError(f"{p} records an impossible embedding dimension {dim}")
+        found = frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows)
+        expected = expected_schema(version, dim)
+        if found != expected:
+            extra = sorted(f"{t} {n}" for t, n, _, _ in found - expected)
+            missing = sorted(f"{t} {n}" for t, n, _, _ in expected - found)
+            raise MemoryFileError(
+                f"{p} has a schema memsif_lite did not create; refusing it "
+                f"(unexpected: {', '.join(extra) or 'none'}; missing or altered: {', '.join(missing) or 'none'})"
+            )
+        return FileInfo(user_version=version, meta=meta)
+    finally:
+        con.close()
+
+
+def _uri_path(p: Path) -> str:
+    from urllib.parse import quote
+
+    return quote(str(p.resolve()))
+
+
+def _connect(
+    path: str | Path,
+    *,
+    dim: int,
+    synchronous: str = "FULL",
+    busy_timeout_ms: int = 10_000,
+    readonly: bool = False,
+) -> apsw.Connection:
+    """Open ``path`` (already inspected) with every setting memsif relies on."""
+    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    try:
+        con = apsw.Connection(str(path), flags=flags)
+    except apsw.Error as e:
+        raise MemoryFileError(f"cannot open {path}: {e}") from e
+    try:
+        _harden(con)
+        _load_vec(con)
+        con.setbusytimeout(busy_timeout_ms)
+        if not readonly:
+            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("could not switch %s to WAL (journal_mode=%s)", path, mode)
+        con.execute(f"PRAGMA synchronous={synchronous}")
+        con.execute("PRAGMA foreign_keys=ON")
+        if not readonly:
+            _migrate(con, dim)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _migrate(con: apsw.Connection, dim: int) -> None:
+    current = con.execute("PRAGMA user_version").fetchone()[0]
+    for version, sql in migrations()[current:]:
+        with write(con):
+            # re-read inside the write lock: another process may have migrated meanwhile
+            if con.execute("PRAGMA user_version").fetchone()[0] >= version:
+                continue
+            con.execute(_render(sql, dim))
+            if version == 1:
+                con.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            con.execute(f"PRAGMA user_version={version}")
+        log.info("migrated memory file to schema version %d", version)
+
+
+@contextlib.contextmanager
+def write(con: apsw.Connection, *, retries: int = 5) -> Iterator[apsw.Connection]:
+    """One write transaction: ``BEGIN IMMEDIATE`` (so the lock is taken up front), commit on
+    success, roll back on any exception, and surface the original error even when SQLite
+    already rolled back by itself (I/O error, disk full)."""
+    for attempt in range(retries + 1):
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            break
+        except apsw.BusyError:
+            if attempt == retries:
+                raise
+            time.sleep(0.05 * (2**attempt))
+    try:
+        yield con
+    except BaseException:
+        if not con.get_autocommit():
+            con.execute("ROLLBACK")
+        raise
+    else:
+        try:
+            con.execute("COMMIT")
+        except BaseException:
+            if not con.get_autocommit():
+                con.execute("ROLLBACK")
+            raise
+
+
+def read_meta(con: apsw.Connection) -> dict[str, str]:
+    return dict(con.execute("SELECT key, value FROM meta").fetchall())
+
+
+def set_meta(con: apsw.Connection, **values: object) -> None:
+    for k, v in values.items():
+        con.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (k, v if isinstance(v, str) else json.dumps(v)),
+        )
+
+
+def check_embedding(meta: dict[str, str], model_id: str, dim: int, metric: str, path: object) -> None:
+    """Refuse a file whose vectors came from another embedder."""
+    want = {"embedding_model": model_id, "embedding_dim": str(dim), "embedding_metric": metric}
+    got = {k: meta.get(k) for k in want}
+    if got != want:
+        raise EmbeddingMismatchError(
+            f"{path} was written with embedding model {got['embedding_model']!r} "
+            f"(dim {got['embedding_dim']}, {got['embedding_metric']}), but this Memory uses "
+            f"{model_id!r} (dim {dim}, {metric}); open it with the same embedding model"
+        )
