@@ -3,18 +3,21 @@
     python benchmarks/calibrate.py --data ../shared/data/locomo [--model DIR]
 
 The paper's φ uses a cosine "normalised to [0,1]" with thresholds set for Qwen3-Embedding-8B.
-Our model's raw cosines bunch in 0.7–0.9, so we rescale linearly between two measured levels:
+Our model's raw cosines bunch in 0.75–0.9, so memsif rescales linearly between two levels
+measured on message pairs (φ compares units by their mean pairwise cosine, so pair levels hold
+for segments and trajectories of any size; see memsif_lite/matching.py):
 
-* ``sem_low``  — unrelated: the 10th percentile of the cosine between a message and the mean of
-  a 5-message window taken from a *different* conversation (different people, different topics);
-* ``sem_high`` — same topic: median cosine between a message and the mean of the (up to) 5
-  messages just before it in the *same session* (adjacent chat is mostly on one topic).
+* ``sem_low``  — unrelated: the 10th percentile of the cosine between a message and a random
+  message of a *different* conversation (other people, other topics);
+* ``sem_high`` — same topic: the median cosine between a message and the one just before it in
+  the *same session* (adjacent chat is mostly on one topic).
 
-so a typical continuation scores s_sem≈1 (φ ≥ τ_merge: merged without a judge) and a typical
-unrelated message s_sem≈0.4 (φ ≈ 0.31 ≤ τ_split: split without a judge); the paper's thresholds
-keep their meaning (clear continuation / clear change) and only the overlap goes to the judge. The script prints the
-levels, then replays the boundary rule over every conversation with them and reports segments,
-mean segment length and the share of φ scores in the ambiguous band (LLM calls per message).
+A typical continuation then scores s_sem≈1 (merged without a judge: φ ≥ τ_merge) and a typical
+unrelated message s_sem≈0.4 (φ≈0.32 ≤ τ_split: split without a judge); only the overlap of the
+two distributions reaches the boundary judge. The script prints both distributions and the
+levels, then ingests every conversation through the real pipeline (offline judges) with those
+levels and reports segments, trajectories, mean segment length and the share of φ scores in the
+ambiguous band (= boundary-judge LLM calls per message when an LLM is configured).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +38,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", default=None, help="ONNX model directory (default: bundled)")
-    ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trajectory-threshold", type=float, default=None)
     args = ap.parse_args()
 
+    from memsif_lite import Config, Memory
     from memsif_lite.embed import OnnxEmbedder
-    from memsif_lite.entities import extract_entities
     from memsif_lite.importers import locomo_turns
-    from memsif_lite.matching import phi
 
     emb = CachedEmbedder(OnnxEmbedder(args.model))
     convs = []
@@ -52,48 +55,36 @@ def main() -> None:
     emb.save()
     rng = random.Random(args.seed)
     same, unrelated = [], []
-    w = args.window
     for ci, (_, turns, vecs) in enumerate(convs):
+        others = [k for k in range(len(convs)) if k != ci] or [ci]
         for i in range(1, len(turns)):
-            prev = [j for j in range(max(0, i - w), i) if turns[j]["session"] == turns[i]["session"]]
-            if prev:
-                c = vecs[prev].mean(0)
-                same.append(float(vecs[i] @ c / np.linalg.norm(c)))
-            other = rng.choice([k for k in range(len(convs)) if k != ci]) if len(convs) > 1 else ci
-            ov = convs[other][2]
-            s = rng.randrange(0, max(1, len(ov) - w))
-            c = ov[s:s + w].mean(0)
-            unrelated.append(float(vecs[i] @ c / np.linalg.norm(c)))
+            if turns[i]["session"] == turns[i - 1]["session"]:
+                same.append(float(vecs[i] @ vecs[i - 1]))
+            ov = convs[rng.choice(others)][2]
+            unrelated.append(float(vecs[i] @ ov[rng.randrange(len(ov))]))
     low, high = float(np.percentile(unrelated, 10)), float(np.median(same))
-    print(f"unrelated window cosine: p10 {low:.4f} (median {np.median(unrelated):.4f}, p90 {np.percentile(unrelated, 90):.4f})")
-    print(f"same-session window cosine: median {high:.4f} (p10 {np.percentile(same, 10):.4f}, p90 {np.percentile(same, 90):.4f})")
+    q = lambda xs: " ".join(f"p{p} {np.percentile(xs, p):.3f}" for p in (10, 25, 50, 75, 90))  # noqa: E731
+    print(f"unrelated pairs ({len(unrelated)}): {q(unrelated)}")
+    print(f"adjacent same-session pairs ({len(same)}): {q(same)}")
     print(f"=> sem_low={low:.3f} sem_high={high:.3f}")
 
-    tau_merge, tau_split, alpha = 0.60, 0.325, 0.8
-    mid = (tau_merge + tau_split) / 2
-    print(f"\nreplaying the boundary rule (alpha={alpha}, tau_merge={tau_merge}, tau_split={tau_split}, offline judge: phi >= {mid:.4f})")
-    print("conversation | turns | segments | mean len | band share | merges | splits")
-    for sid, turns, vecs in convs:
-        ents = [extract_entities(t["text"]) for t in turns]
-        seg_sum, seg_ents, seg_n = vecs[0].astype(np.float64), set(ents[0]), 1
-        nseg, band, merges, splits = 1, 0, 0, 0
-        for i in range(1, len(turns)):
-            score = phi(vecs[i], ents[i], seg_sum / seg_n, seg_ents, alpha=alpha, levels=(low, high))
-            if score >= tau_merge:
-                cont = True
-                merges += 1
-            elif score <= tau_split:
-                cont = False
-                splits += 1
-            else:
-                band += 1
-                cont = score >= mid
-            if cont:
-                seg_sum, seg_n = seg_sum + vecs[i], seg_n + 1
-                seg_ents |= set(ents[i])
-            else:
-                seg_sum, seg_ents, seg_n, nseg = vecs[i].astype(np.float64), set(ents[i]), 1, nseg + 1
-        print(f"{sid} | {len(turns)} | {nseg} | {len(turns) / nseg:.1f} | {band / (len(turns) - 1):.2f} | {merges} | {splits}")
+    base = dict(sem_low=round(low, 3), sem_high=round(high, 3))
+    if args.trajectory_threshold is not None:
+        base["trajectory_threshold"] = args.trajectory_threshold
+    cfg = Config(**base)
+    print(f"\nreal pipeline, offline judges (alpha={cfg.alpha_segment}, tau_merge={cfg.tau_merge}, "
+          f"tau_split={cfg.tau_split}, trajectory_threshold={cfg.trajectory_threshold})")
+    print("| conversation | turns | segments | mean segment length | trajectories | band share (judge calls/message) |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        for sid, turns, _ in convs:
+            with Memory(Path(d) / f"{sid}.db", embedder=emb, config=cfg) as mem:
+                mem.add_many(turns)
+                st = mem.stats()
+                band = mem.con.execute(
+                    "SELECT avg(decision LIKE 'judge_%') FROM message_units WHERE decision != 'first'").fetchone()[0]
+            print(f"| {sid} | {len(turns)} | {st['segments']} | {len(turns) / st['segments']:.1f} | "
+                  f"{st['trajectories']} | {band:.2f} |")
 
 
 if __name__ == "__main__":

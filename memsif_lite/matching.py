@@ -1,9 +1,18 @@
 """The shared matching function φ(A,B) = α·s_sem + (1−α)·J(K_A, K_B)  (paper Eq. 1).
 
-``s_sem`` is the cosine of the (L2-normalised mean) embeddings, rescaled per embedding model
-between two calibrated levels — the cosine of an unrelated pair (→ 0) and of a same-topic pair
-(→ 1) — and clipped to [0, 1], so the paper's thresholds keep their meaning for a model whose
-raw cosines bunch in a narrow range. ``J`` is the Jaccard overlap of key-entity sets.
+A unit's embedding is the mean of its members' unit vectors (kept as a running sum and a
+count). The semantic part compares two units by the dot product of their means, which is the
+*mean pairwise cosine* between their members: for two messages it is their cosine; for a
+message and a segment it is the message's average cosine to the segment's messages. Unlike the
+cosine of re-normalised means, it does not drift upwards as a unit grows, so one calibration
+holds for units of any size (measured in benchmarks/calibrate.py: with re-normalised means the
+boundary rule either cascades into one-message segments or merges whole conversations).
+
+The raw value is rescaled per embedding model between two calibrated levels — the cosine of an
+unrelated pair (→ 0) and of a same-topic pair (→ 1) — and clipped to [0, 1], so the paper's
+thresholds keep their meaning for a model whose cosines bunch in a narrow range (0.7–0.9 for
+the bundled one). ``J`` is the Jaccard overlap of key-entity sets. Vector search (vec0) uses
+the re-normalised mean, which ranks the same way for a fixed query.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ def normalised_cosine(cos: float, levels: tuple[float, float]) -> float:
 
 def phi(a: np.ndarray, ents_a: Iterable[str], b: np.ndarray, ents_b: Iterable[str], *, alpha: float,
         levels: tuple[float, float]) -> float:
-    """φ for two units given their embeddings (any scale; normalised here) and entity sets."""
-    cos = float(np.dot(unit(np.asarray(a, dtype=np.float64)), unit(np.asarray(b, dtype=np.float64))))
+    """φ for two units given their mean embeddings (means of unit vectors, not re-normalised)
+    and entity sets."""
+    cos = float(np.dot(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
     return alpha * normalised_cosine(cos, levels) + (1.0 - alpha) * jaccard(set(ents_a), set(ents_b))
 
 

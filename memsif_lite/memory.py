@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import __version__ as _version
-from . import store
+from . import prompts, store
 from .config import Config
 from .embed import Embedder, load_embedder, validate_vectors
 from .entities import extract_entities
@@ -244,7 +244,14 @@ class Memory:
         return v
 
     def _segment_closed(self, segment_id: int) -> None:
-        self.trajectory_builder.assign(segment_id)
+        if self.llm is not None:
+            system, user, validate = prompts.title(self.segment_builder.lines(segment_id, 12))
+            title = self.llm.complete_json("title", system, user, validate, max_tokens=30)
+            if title:
+                self.con.execute("UPDATE segments SET title=? WHERE id=?", (title, segment_id))
+        tid = self.trajectory_builder.assign(segment_id)
+        self.con.execute("UPDATE trajectories SET title=coalesce(title, (SELECT title FROM segments WHERE id=?)) "
+                         "WHERE id=?", (segment_id, tid))
 
     # -- reading ---------------------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, level: str = "message") -> list[SearchResult]:

@@ -45,7 +45,13 @@ class Unit:
     end_at: str
 
     @property
+    def centroid(self) -> np.ndarray:
+        """Mean of the member unit vectors (for φ)."""
+        return self.vec_sum / max(self.n, 1)
+
+    @property
     def mean(self) -> np.ndarray:
+        """The L2-normalised mean (what the vec0 tables hold, for vector search)."""
         return unit(self.vec_sum / max(self.n, 1))
 
     def add(self, vec: np.ndarray, ents: Sequence[str], at_start: str, at_end: str, n: int = 1) -> None:
@@ -124,7 +130,7 @@ class SegmentBuilder:
         if seg is None:
             decision = "first"
         else:
-            score = phi(vec, ents, seg.mean, seg.entities.keys(), alpha=self.alpha, levels=self.levels)
+            score = phi(vec, ents, seg.centroid, seg.entities.keys(), alpha=self.alpha, levels=self.levels)
             if score >= self.tau_merge:
                 decision = "merge"
             elif score <= self.tau_split:

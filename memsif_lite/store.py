@@ -133,7 +133,10 @@ def inspect(path: str | Path) -> FileInfo | None:
         raise MemoryFileError(f"cannot read {p}: {e}") from e
     if not head.startswith(_SQLITE_MAGIC):
         raise NotAMemoryFileError(f"{p} is not an SQLite database (and so not a memsif memory file)")
-    uri = "file:" + _uri_path(p) + "?mode=ro"
+    # without a -wal file the main file is all there is: read it immutable so that not even
+    # empty -wal/-shm side files are created next to a file we may refuse
+    has_wal = Path(f"{p}-wal").exists()
+    uri = "file:" + _uri_path(p) + ("?mode=ro" if has_wal else "?mode=ro&immutable=1")
     try:
         con = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     except apsw.Error as e:

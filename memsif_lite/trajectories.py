@@ -72,7 +72,7 @@ class TrajectoryBuilder:
         scored = []
         for (tid,) in rows:
             t = load_unit(self.con, "trajectories", tid)
-            s = phi(seg.mean, seg.entities.keys(), t.mean, t.entities.keys(), alpha=self.alpha, levels=self.levels)
+            s = phi(seg.centroid, seg.entities.keys(), t.centroid, t.entities.keys(), alpha=self.alpha, levels=self.levels)
             scored.append((s, t))
         scored.sort(key=lambda x: (-x[0], x[1].id))
         return scored[: self.top_k]

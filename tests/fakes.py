@@ -1,0 +1,116 @@
+"""Test doubles that are real enough: a deterministic bag-of-words embedder, and a local
+OpenAI-compatible HTTP server on 127.0.0.1 that answers from a queue of scripted replies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+import numpy as np
+
+
+class FakeEmbedder:
+    """Deterministic: the normalised sum of one pseudo-random vector per lower-cased word, so
+    texts sharing words are similar. Only for tests where the real model is beside the point."""
+
+    metric = "cosine"
+
+    def __init__(self, dim: int = 32, model_id: str = "fake-bow-32", sem_levels=(0.0, 1.0)):
+        self.dim, self.model_id, self.sem_levels = dim, model_id, sem_levels
+        self.calls: list[tuple[str, ...]] = []
+
+    def _word(self, w: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(w.encode()).digest()[:8], "little")
+        return np.random.default_rng(seed).standard_normal(self.dim)
+
+    def embed(self, texts, *, kind):
+        self.calls.append(tuple(texts))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            words = [w for w in "".join(c if c.isalnum() else " " for c in t.lower()).split()] or ["<empty>"]
+            v = sum(self._word(w) for w in words)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+
+class FakeLLMServer:
+    """OpenAI-compatible ``/v1/chat/completions`` (and ``/v1/embeddings``) on 127.0.0.1.
+
+    ``replies`` is a queue of scripted answers: a string (the message content), a dict
+    ``{"status": 500}`` (an HTTP error), or ``{"sleep": seconds, "content": ...}``. When the
+    queue is empty, ``default(request_json)`` answers. Every request body is kept in ``requests``.
+    """
+
+    def __init__(self, default: Callable[[dict], str] | None = None):
+        self.replies: "queue.Queue[Any]" = queue.Queue()
+        self.requests: list[dict] = []
+        self.default = default or (lambda req: "{}")
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.requests.append(body)
+                try:
+                    reply = server.replies.get_nowait()
+                except queue.Empty:
+                    reply = server.default(body)
+                if isinstance(reply, dict) and "sleep" in reply:
+                    time.sleep(reply["sleep"])
+                    reply = reply.get("content", "{}")
+                if isinstance(reply, dict) and "status" in reply:
+                    self._send(reply["status"], {"error": {"message": "scripted failure", "type": "server_error"}})
+                    return
+                content = reply if isinstance(reply, str) else json.dumps(reply)
+                self._send(200, {
+                    "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", "test"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
+                })
+
+            def _send(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):  # a client that timed out and left
+                pass
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def llm_kwargs(self) -> dict:
+        return {"api_base": self.url, "api_key": "sk-test"}
+
+    def script(self, *replies: Any) -> None:
+        for r in replies:
+            self.replies.put(r)
+
+    def __enter__(self) -> "FakeLLMServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

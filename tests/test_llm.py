@@ -1,0 +1,94 @@
+"""The LLM path, over real HTTP through litellm, against a local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from memsif_lite import Config, Memory
+from memsif_lite.llm import ReplyError, parse_json_object
+
+
+def _convo(n=12):
+    t = datetime(2024, 1, 1, 9)
+    topics = ["marathon training long run", "sourdough bread oven", "tax forms accountant"]
+    return [{"speaker": "Ana" if i % 2 else "Ben", "text": f"{topics[(i // 4) % 3]} note {i}",
+             "at": t + timedelta(minutes=i)} for i in range(n)]
+
+
+def _judge_reply(req):
+    system = req["messages"][0]["content"]
+    if "continues the current topic" in system:
+        return '{"continues": true}'
+    if "storylines" in system:
+        return '{"compatible": [1]}'
+    return '{"title": "A title"}'
+
+
+def test_ingestion_with_llm_judges_records_every_call(db, fake_embedder, llm_server):
+    # a wide band so the boundary judge is consulted for most messages
+    cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=5)
+    llm_server.default = _judge_reply
+    llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}', '```json\n{"continues": false}\n```')
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs()) as mem:
+        ids = mem.add_many(_convo())
+        assert len(ids) == 12
+        st = mem.stats()
+        rows = mem.con.execute("SELECT purpose, model, prompt_tokens, completion_tokens, latency_ms, ok FROM llm_calls").fetchall()
+        closed = [s for s in mem.segments() if s.closed]
+        assert closed and all(s.label == "A title" for s in closed)
+        assert all(t.label == "A title" for t in mem.trajectories())
+    assert st["messages"] == 12
+    assert st["llm_calls"] == len(rows) >= 11
+    assert st["llm_failures"] == 3  # not JSON, HTTP 500, wrong type; the fenced JSON is accepted
+    ok = [r for r in rows if r[5] == 1]
+    assert all(r[1] == "openai/test-model" and r[2] == 11 and r[3] == 3 and r[4] >= 0 for r in ok)
+    assert {r[0] for r in rows} <= {"boundary", "trajectory", "title"}
+    # memory content went to the model only inside a data block of the user message
+    req = llm_server.requests[0]
+    assert req["response_format"] == {"type": "json_object"}
+    assert "<data" in req["messages"][1]["content"] and "marathon" not in req["messages"][0]["content"]
+
+
+def test_llm_unreachable_falls_back_and_loses_nothing(db, fake_embedder):
+    cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=1, llm_timeout_s=2)
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
+                llm_kwargs={"api_base": "http://127.0.0.1:9/v1", "api_key": "x"}) as mem:
+        mem.add_many(_convo(6))
+        st = mem.stats()
+    with Memory(db, embedder=fake_embedder, config=cfg) as offline:
+        assert [m.text for m in offline.messages()] == [c["text"] for c in _convo(6)]
+    assert st["messages"] == 6 and st["llm_failures"] == st["llm_calls"] >= 5
+
+
+def test_llm_timeout_is_bounded(db, fake_embedder, llm_server):
+    cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=0.5)
+    llm_server.default = lambda req: {"sleep": 3, "content": '{"continues": true}'}
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs()) as mem:
+        import time
+
+        t0 = time.perf_counter()
+        mem.add_many(_convo(3))
+        assert time.perf_counter() - t0 < 10
+        assert mem.stats()["llm_failures"] >= 2
+
+
+@pytest.mark.parametrize("bad", ["", "[1, 2]", '{"a": NaN}', '{"a": 1, "a": 2}', "Sure! {\"continues\": true}",
+                                 '{"continues": true} trailing'])
+def test_strict_json_parsing(bad):
+    with pytest.raises(ReplyError):
+        parse_json_object(bad)
+
+
+def test_trajectory_judge_validation_rejects_unknown_candidates():
+    from memsif_lite import prompts
+
+    _, user, validate = prompts.trajectory(["Ana: hi"], [["Ben: a"], ["Ben: b"]])
+    assert validate({"compatible": [2, 1]}) == 0
+    assert validate({"compatible": []}) is None
+    for bad in ({"compatible": [3]}, {"compatible": "1"}, {"compatible": [True]}, {}):
+        with pytest.raises(ReplyError):
+            validate(bad)
+    assert json.dumps("Ana: hi") in user

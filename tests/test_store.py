@@ -1,0 +1,144 @@
+"""The file: round trips, refusals of foreign/newer/hostile files (left untouched), migrations."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import apsw
+import pytest
+
+from memsif_lite import (
+    EmbeddingMismatchError,
+    Memory,
+    MemoryFileError,
+    NotAMemoryFileError,
+    SchemaVersionError,
+)
+from memsif_lite import store
+from fakes import FakeEmbedder
+
+
+def _snapshot(path):
+    return {p: open(p, "rb").read() for p in (str(path), f"{path}-wal") if os.path.exists(p)}
+
+
+def test_create_reopen_round_trip(db, embedder):
+    with Memory(db, embedder=embedder) as mem:
+        a = mem.add("Ana", "I moved to Lisbon in May.", at="2024-05-02T10:00:00+02:00", session="s1")
+        b = mem.add("Ben", "Welcome to Portugal!", at="2024-05-02T08:01:00Z")
+        assert (a, b) == (1, 2)
+    with Memory(db, embedder=embedder) as mem:
+        msgs = mem.messages()
+        assert [m.text for m in msgs] == ["I moved to Lisbon in May.", "Welcome to Portugal!"]
+        assert msgs[0].at.isoformat() == "2024-05-02T08:00:00"  # stored as UTC
+        assert msgs[0].session == "s1" and msgs[1].session is None
+        assert mem.stats()["messages"] == 2
+        assert mem.search("Lisbon", k=1)[0].id == a
+    con = apsw.Connection(str(db))
+    assert con.execute("PRAGMA application_id").fetchone()[0] == store.APPLICATION_ID
+    assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    assert meta["embedding_model"] == embedder.model_id and meta["embedding_dim"] == "384"
+
+
+def test_foreign_sqlite_file_refused_and_unchanged(db, fake_embedder):
+    con = apsw.Connection(str(db))
+    con.execute("CREATE TABLE notes(x); INSERT INTO notes VALUES('mine')")
+    con.close()
+    before = _snapshot(db)
+    with pytest.raises(NotAMemoryFileError, match="not a memsif memory file"):
+        Memory(db, embedder=fake_embedder)
+    assert _snapshot(db) == before
+
+
+@pytest.mark.parametrize("content", [os.urandom(4096), b"hello, this is a text file\n" * 50,
+                                     b"SQLite format 3\x00" + os.urandom(200)])
+def test_non_sqlite_and_truncated_files_refused(db, fake_embedder, content):
+    db.write_bytes(content)
+    with pytest.raises(NotAMemoryFileError):
+        Memory(db, embedder=fake_embedder)
+    assert db.read_bytes() == content
+
+
+def test_truncated_memory_file_refused(db, fake_embedder):
+    with Memory(db, embedder=fake_embedder) as mem:
+        mem.add_many([{"speaker": "A", "text": f"message number {i} " * 30} for i in range(60)])
+    con = apsw.Connection(str(db))
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2])
+    with pytest.raises(MemoryFileError):
+        Memory(db, embedder=fake_embedder)
+    assert len(db.read_bytes()) == len(data) // 2
+
+
+def test_newer_schema_version_refused_and_unchanged(db, fake_embedder):
+    Memory(db, embedder=fake_embedder).close()
+    con = apsw.Connection(str(db))
+    con.execute("PRAGMA user_version=99")
+    con.close()
+    before = _snapshot(db)
+    with pytest.raises(SchemaVersionError, match="newer"):
+        Memory(db, embedder=fake_embedder)
+    assert _snapshot(db) == before
+
+
+def test_other_embedding_model_refused(db, fake_embedder):
+    with Memory(db, embedder=fake_embedder) as mem:
+        mem.add("A", "hello there")
+    before = _snapshot(db)
+    with pytest.raises(EmbeddingMismatchError, match="fake-bow-32"):
+        Memory(db, embedder=FakeEmbedder(dim=32, model_id="another-model"))
+    with pytest.raises(EmbeddingMismatchError):
+        Memory(db, embedder=FakeEmbedder(dim=16, model_id="fake-bow-32"))
+    assert _snapshot(db) == before
+
+
+def test_foreign_trigger_refused(db, fake_embedder):
+    with Memory(db, embedder=fake_embedder) as mem:
+        mem.add("A", "hello there")
+    con = apsw.Connection(str(db))
+    con.execute("CREATE TABLE stolen(x); CREATE TRIGGER t AFTER INSERT ON messages BEGIN INSERT INTO stolen VALUES(new.text); END;")
+    con.close()
+    with pytest.raises(MemoryFileError, match="trigger t"):
+        Memory(db, embedder=fake_embedder)
+
+
+def test_migrations_are_stepwise(db, fake_embedder):
+    """A file at schema version 1 is upgraded in place, keeping its messages."""
+    con = store._connect(db, dim=32)  # all migrations
+    con.close()
+    db.unlink()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(f"{db}{suffix}"):
+            os.remove(f"{db}{suffix}")
+    con = apsw.Connection(str(db))
+    store._load_vec(con)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(store._render(store.migrations()[0][1], 32))
+    con.execute(f"PRAGMA application_id={store.APPLICATION_ID}; PRAGMA user_version=1")
+    con.execute("INSERT INTO meta VALUES('embedding_model','fake-bow-32'),('embedding_dim','32'),('embedding_metric','cosine')")
+    con.close()
+    with Memory(db, embedder=fake_embedder) as mem:
+        mem.add("A", "after the upgrade")
+        assert mem.stats()["messages"] == 1
+    con = apsw.Connection(str(db))
+    assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
+
+
+def test_import_is_light():
+    code = ("import sys, memsif_lite; heavy = [m for m in ('onnxruntime', 'litellm', 'tokenizers') if m in sys.modules]; "
+            "print(heavy); sys.exit(1 if heavy else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_closed_memory_refuses_calls(db, fake_embedder):
+    mem = Memory(db, embedder=fake_embedder)
+    mem.close()
+    with pytest.raises(MemoryFileError, match="closed"):
+        mem.add("A", "x")
