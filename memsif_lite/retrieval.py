@@ -122,3 +122,43 @@ class Retriever:
         text = "\n".join(f"{r[1]}: {r[2]}" for r in rows)
         return SearchResult(uid, speakers, text, from_stored(rows[0][3]), rows[0][4], score, level, None,
                             tuple(r[0] for r in rows), tuple(r[5] for r in rows if r[5]))
+
+
+def rank_with_structure(retriever: Retriever, query: str, *, depth: int = 200, use_segments: bool = True,
+                        use_trajectories: bool = True, w_segment: float = 0.2, w_trajectory: float = 0.05,
+                        top_units: int = 3) -> list[tuple[int, float]]:
+    """Rank messages for a query using the interaction structure (paper §3.5's fall-back to
+    Structured Interaction Memory).
+
+    A message's score is its own hybrid (dense + BM25) RRF score plus ``w_segment`` × its Topical
+    Segment's RRF score and ``w_trajectory`` × its Event Trajectory's RRF score (units ranked by
+    their own vectors and by their best member). Members of the top ``top_units`` segments and
+    trajectories become candidates even when no message-level ranking found them: that is how
+    neighbouring turns and non-contiguous turns of the same event reach the context.
+    The defaults were chosen on the LoCoMo development half (benchmarks/locomo.py).
+    """
+    con = retriever.con
+    qvec = retriever.embed_query(query)
+    msg_scores = rrf(retriever.dense("message_vec", qvec, depth), retriever.bm25(query, depth))
+    msg_rank = [m for m, _ in sorted(msg_scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+    total: dict[int, float] = dict(msg_scores)
+    levels = []
+    if use_segments:
+        levels.append(("segment", "segment_vec", w_segment, retriever._segment_of(msg_rank),
+                       "SELECT message_id FROM message_units WHERE segment_id=?"))
+    if use_trajectories:
+        levels.append(("trajectory", "trajectory_vec", w_trajectory, retriever._trajectory_of(msg_rank),
+                       "SELECT u.message_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
+                       "WHERE s.trajectory_id=?"))
+    for _, table, weight, unit_of, members_sql in levels:
+        by_msgs: list[int] = []
+        for mid in msg_rank:
+            u = unit_of.get(mid)
+            if u is not None and u not in by_msgs:
+                by_msgs.append(u)
+        unit_scores = rrf(retriever.dense(table, qvec, max(top_units * 4, 32)), by_msgs)
+        top = sorted(unit_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:top_units]
+        for uid, us in top:
+            for (mid,) in con.execute(members_sql, (uid,)):
+                total[mid] = total.get(mid, 0.0) + weight * us
+    return sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))

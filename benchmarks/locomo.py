@@ -1,0 +1,282 @@
+"""LoCoMo evidence recall: does the context a system builds within a token budget contain the
+gold evidence turns? Offline, on real data, for memsif and flat baselines.
+
+    python benchmarks/locomo.py --data ../shared/data/locomo --out results.json \
+        [--systems memsif,naive_rag,bm25,hybrid_rag,recency,memsif_no_segments,memsif_no_trajectories] \
+        [--budgets 500,1000,2000]
+
+PATH is a folder of per-conversation LoCoMo files or a ``locomo10.json``. Category 5
+(adversarial) is excluded; categories 4/1/2/3 are single_hop/multi_hop/temporal/knowledge; ``nce``
+is the paper's Non-Contiguous Evidence subset (≥ 2 evidence turns and temporal evidence dispersion
+(max pos − min pos)/(L − 1) ≥ 0.3 over the conversation's message positions). Gold ids that name
+no turn of the conversation are dropped (LoCoMo has a few typos such as ``D:11:26``, which is
+read as ``D11:26``).
+
+Every system reads the same memory file per conversation (built once by ``Memory.add_many`` with
+the bundled model and offline judges); each turn in a context costs the tokens of its rendered
+line ``[YYYY-MM-DD] Speaker: text`` counted by one shared counter (memsif_lite.tokens). A system
+adds turns in its own priority order while they fit, then the context is shown chronologically.
+Systems:
+
+* ``memsif``: messages ranked with the interaction structure (hybrid message score + its Topical
+  Segment's and Event Trajectory's scores; memsif_lite.retrieval.rank_with_structure);
+* ``memsif_no_segments`` / ``memsif_no_trajectories``: the same without that level (query time);
+* ``hybrid_rag``: turn-level BM25 (FTS5) + dense fused by reciprocal rank fusion;
+* ``naive_rag``: turn-level dense top-k (the paper's Naive RAG); ``bm25``: turn-level BM25;
+* ``recency``: the latest turns that fit (the paper's truncated Full-Context).
+
+Costs: ``ingest_turns_per_s`` counts embedding with the real model (timed once per conversation,
+uncached) plus what the system stores: flat systems store messages, vectors and FTS rows;
+memsif systems also build segments and trajectories (timed with precomputed vectors).
+``query_ms_p50/p95`` time context building only (all budgets). ``file_bytes_per_turn`` is the
+checkpointed file size over turns (flat systems: the same schema with the structure tables
+empty; the benchmark switches the segment step off for them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import CachedEmbedder, conversation_files, machine, peak_rss_mb  # noqa: E402
+
+CATEGORIES = {4: "single_hop", 1: "multi_hop", 2: "temporal", 3: "knowledge"}
+ALL_SYSTEMS = ["memsif", "naive_rag", "bm25", "hybrid_rag", "recency", "memsif_no_segments", "memsif_no_trajectories"]
+FLAT = {"naive_rag", "bm25", "hybrid_rag", "recency"}
+_EVID = re.compile(r"D:?(\d+):(\d+)")
+
+
+def gold_ids(evidence, known: set[str]) -> list[str]:
+    out = []
+    for e in evidence:
+        for m in _EVID.finditer(str(e)):
+            d = f"D{m.group(1)}:{m.group(2)}"
+            if d in known and d not in out:
+                out.append(d)
+    return out
+
+
+class PrecomputedEmbedder:
+    """Returns vectors computed beforehand (so storage/structure time is measured alone)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+
+    def embed(self, texts, *, kind):
+        return self.inner.embed(texts, kind=kind)
+
+
+def ranking(mem, system: str, question: str) -> list[int]:
+    from memsif_lite.retrieval import rank_with_structure, rrf
+
+    r = mem.retriever
+    if system == "recency":
+        return [row[0] for row in mem.con.execute("SELECT id FROM messages ORDER BY at DESC, id DESC")]
+    if system == "naive_rag":
+        return r.dense("message_vec", mem.embed_query(question), 200)
+    if system == "bm25":
+        return r.bm25(question, 200)
+    if system == "hybrid_rag":
+        s = rrf(r.dense("message_vec", mem.embed_query(question), 200), r.bm25(question, 200))
+        return [m for m, _ in sorted(s.items(), key=lambda kv: (-kv[1], kv[0]))]
+    ranked = rank_with_structure(r, question, use_segments=system != "memsif_no_segments",
+                                 use_trajectories=system != "memsif_no_trajectories")
+    return [m for m, _ in ranked]
+
+
+def pack(order: list[int], cost: dict[int, int], budget: int) -> list[int]:
+    used, chosen = 0, []
+    for mid in order:
+        c = cost[mid]
+        if used + c <= budget:
+            chosen.append(mid)
+            used += c
+        if budget - used < 8:
+            break
+    return sorted(chosen)
+
+
+def nce(gold: list[str], pos: dict[str, int], n_turns: int) -> bool:
+    if len(gold) < 2 or n_turns < 2:
+        return False
+    ps = [pos[g] for g in gold]
+    return (max(ps) - min(ps)) / (n_turns - 1) >= 0.3
+
+
+def run(args) -> dict:
+    from memsif_lite import Memory
+    from memsif_lite.embed import OnnxEmbedder
+    from memsif_lite.importers import locomo_turns
+    from memsif_lite.tokens import count_tokens
+
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = set(systems) - set(ALL_SYSTEMS)
+    if unknown:
+        raise SystemExit(f"unknown systems: {sorted(unknown)}")
+    budgets = [int(b) for b in args.budgets.split(",")]
+    real = OnnxEmbedder()
+    cached = CachedEmbedder(real, cache_name="locomo") if not args.no_cache else real
+    convs = conversation_files(args.data)
+    totals = {s: {"turns": 0, "ingest_s": 0.0, "bytes": 0, "lat": []} for s in systems}
+    per_q: dict[str, dict[int, list[tuple[str, bool, float]]]] = {s: {b: [] for b in budgets} for s in systems}
+    n_questions = n_turns = 0
+    embed_s_total = 0.0
+    with tempfile.TemporaryDirectory() as d:
+        for sid, sample in convs:
+            turns = list(locomo_turns(sample["conversation"]))
+            n_turns += len(turns)
+            texts = [f"{t['speaker']}: {t['text']}" for t in turns]
+            t0 = time.perf_counter()
+            real.embed(texts, kind="passage")  # the embedding cost, always measured uncached
+            embed_s = time.perf_counter() - t0
+            embed_s_total += embed_s
+            if cached is not real:
+                cached.embed(texts, kind="passage")
+            store = {}
+            for variant in ("memsif", "flat"):
+                if variant == "memsif" and not any(s not in FLAT for s in systems):
+                    continue
+                if variant == "flat" and not any(s in FLAT for s in systems):
+                    continue
+                path = Path(d) / f"{sid}-{variant}.db"
+                t0 = time.perf_counter()
+                mem = Memory(path, embedder=PrecomputedEmbedder(cached))
+                if variant == "flat":  # flat systems store messages, vectors and FTS rows only
+                    mem.segment_builder.place = lambda *a, **k: None
+                mem.add_many(turns)
+                store_s = time.perf_counter() - t0
+                mem.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                store[variant] = (mem, store_s, path.stat().st_size)
+            known = {t["source_id"] for t in turns}
+            pos = {t["source_id"]: i for i, t in enumerate(turns)}
+            qas = [q for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
+            mem_any = (store.get("memsif") or store["flat"])[0]
+            id_of = {row[1]: row[0] for row in mem_any.con.execute("SELECT id, source_id FROM messages")}
+            for s in systems:
+                mem, store_s, size = store["flat" if s in FLAT else "memsif"]
+                totals[s]["turns"] += len(turns)
+                totals[s]["ingest_s"] += embed_s + store_s
+                totals[s]["bytes"] += size
+            for mem, _, _ in store.values():
+                mem.cost = {row[0]: count_tokens(f"[{row[1][:10]}] {row[2]}: {row[3]}")
+                            for row in mem.con.execute("SELECT id, at, speaker, text FROM messages")}
+                mem.src = {row[0]: row[1] for row in mem.con.execute("SELECT id, source_id FROM messages")}
+            for q in qas:
+                gold = gold_ids(q.get("evidence", []), known)
+                if not gold:
+                    continue
+                n_questions += 1
+                cat = CATEGORIES[q["category"]]
+                is_nce = nce(gold, pos, len(turns))
+                for s in systems:
+                    mem = store["flat" if s in FLAT else "memsif"][0]
+                    for b in budgets:
+                        t0 = time.perf_counter()
+                        chosen = pack(ranking(mem, s, str(q["question"])), mem.cost, b)
+                        totals[s]["lat"].append((time.perf_counter() - t0) * 1000)
+                        have = {mem.src[m] for m in chosen}
+                        rec = sum(g in have for g in gold) / len(gold)
+                        per_q[s][b].append((cat, is_nce, rec))
+            del id_of
+            for mem, _, _ in store.values():
+                mem.close()
+            print(f"conversation {sid}: {len(turns)} turns, {len(qas)} questions", file=sys.stderr)
+    if cached is not real:
+        cached.save()
+    out: dict = {"data": {"conversations": len(convs), "questions": n_questions, "turns": n_turns},
+                 "systems": {}, "budgets": budgets, "date": date.today().isoformat(), "machine": machine(),
+                 "embedding_turns_per_s": round(n_turns / embed_s_total, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
+    for s in systems:
+        rec = {}
+        for b in budgets:
+            rows = per_q[s][b]
+            def avg(sel):
+                vals = [r for c, n, r in rows if sel(c, n)]
+                return round(float(np.mean(vals)), 4) if vals else None
+            rec[str(b)] = {"all": avg(lambda c, n: True), **{name: avg(lambda c, n, name=name: c == name)
+                                                             for name in CATEGORIES.values()},
+                           "nce": avg(lambda c, n: n)}
+        lat = totals[s]["lat"]
+        out["systems"][s] = {
+            "recall": rec,
+            "ingest_turns_per_s": round(totals[s]["turns"] / totals[s]["ingest_s"], 1),
+            "query_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat else None,
+            "query_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat else None,
+            "file_bytes_per_turn": round(totals[s]["bytes"] / totals[s]["turns"], 1),
+        }
+    return out
+
+
+def table(res: dict) -> str:
+    budgets = res["budgets"]
+    lines = ["| system | " + " | ".join(f"all@{b}" for b in budgets) + " | " +
+             " | ".join(f"{c}@{budgets[len(budgets) // 2]}" for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce"))
+             + " | ingest turns/s | query ms p50/p95 | bytes/turn |",
+             "|---" * (len(budgets) + 9) + "|"]
+    mid = str(budgets[len(budgets) // 2])
+    for name, s in res["systems"].items():
+        r = s["recall"]
+        lines.append(f"| {name} | " + " | ".join(f"{r[str(b)]['all']:.3f}" for b in budgets) + " | " +
+                     " | ".join(f"{r[mid][c]:.3f}" if r[mid][c] is not None else "–"
+                                for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce")) +
+                     f" | {s['ingest_turns_per_s']} | {s['query_ms_p50']}/{s['query_ms_p95']} | {s['file_bytes_per_turn']:.0f} |")
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (pip install '.[bench]'): no PNG", file=sys.stderr)
+        return False
+    budgets = res["budgets"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, s in res["systems"].items():
+        ax.plot(budgets, [s["recall"][str(b)]["all"] for b in budgets], marker="o", label=name)
+    ax.set_xlabel("context budget (tokens)")
+    ax.set_ylabel("evidence recall (all questions)")
+    ax.set_title(f"LoCoMo evidence recall ({res['data']['conversations']} conversations, "
+                 f"{res['data']['questions']} questions)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--systems", default=",".join(ALL_SYSTEMS))
+    ap.add_argument("--budgets", default="500,1000,2000")
+    ap.add_argument("--no-cache", action="store_true", help="do not use the on-disk vector cache")
+    ap.add_argument("--llm", default=None, help="(answer accuracy with an LLM: see benchmarks/README.md)")
+    args = ap.parse_args()
+    if args.llm:
+        raise SystemExit("--llm answer accuracy is not implemented yet; see benchmarks/README.md")
+    t0 = time.perf_counter()
+    res = run(args)
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    out = Path(args.out)
+    out.write_text(json.dumps(res, indent=2))
+    print(table(res))
+    if plot(res, out.with_suffix(".png")):
+        print(f"\nwrote {out} and {out.with_suffix('.png')} in {res['wall_s']}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""One token counter for budgets: the bundled model's tokenizer (SentencePiece pieces, close to
+what chat models count for English), loaded lazily and shared by the API and the benchmarks."""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["count_tokens"]
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer():
+    from tokenizers import Tokenizer
+
+    from .embed import default_model_dir
+
+    tok = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+@functools.lru_cache(maxsize=65536)
+def count_tokens(text: str) -> int:
+    """Tokens in ``text`` (without special tokens)."""
+    if not text:
+        return 0
+    return len(_tokenizer().encode(text, add_special_tokens=False).ids)
