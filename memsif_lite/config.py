@@ -61,6 +61,9 @@ class Config:
         for name in ("alpha_segment", "alpha_trajectory", "tau_merge", "tau_split", "theta_s",
                      "theta_q", "trajectory_threshold"):
             _unit(name, getattr(self, name))
+        for name in ("theta_s", "theta_q"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be above 0 (a single source or query must never promote)")
         if self.tau_split >= self.tau_merge:
             raise ConfigError(f"tau_split ({self.tau_split}) must be below tau_merge ({self.tau_merge})")
         if (self.sem_low is None) != (self.sem_high is None):

@@ -23,7 +23,11 @@ from .retrieval import Retriever
 from .segments import LLMBoundaryJudge, OfflineBoundaryJudge, SegmentBuilder
 from .timeutil import from_stored, now_stored, to_stored
 from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, TrajectoryBuilder
-from .types import Message, SearchResult, Segment, Trajectory
+from .types import ActiveFact, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment, Trajectory
+from .active_facts import ActiveFactStore, Evidence
+from .answer import Answer, Context, answer_question, build_context
+from .core_facts import CoreFactWriter
+from .forgetting import forget_fact, forget_message
 
 __all__ = ["Memory"]
 
@@ -70,6 +74,7 @@ class Memory:
         else:
             self.levels = tuple(self.embedder.sem_levels)  # type: ignore[assignment]
         self.llm: LLM | None = None
+        self._llm_calls_made = 0
         if llm is not None:
             self.llm = LLM(llm, timeout=self.config.llm_timeout_s, retries=self.config.llm_retries,
                            kwargs=llm_kwargs, record=self._record_llm_call)
@@ -85,6 +90,11 @@ class Memory:
             judge=LLMTrajectoryJudge(self.llm, traj_judge) if self.llm else traj_judge,
             lines=self.segment_builder.lines)
         self.retriever = Retriever(self.con, self.embed_query)
+        self._record_schema()
+        self.core_facts = CoreFactWriter(self.con, schema=self.config.fact_schema, embed_passages=self._embed_texts,
+                                         llm=self.llm)
+        self.active_facts_store = ActiveFactStore(self.con, levels=self.levels, theta_s=cfg.theta_s,
+                                                  theta_q=cfg.theta_q, embed_passages=self._embed_texts)
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -124,7 +134,16 @@ class Memory:
                 sqlite_vec_version=sqlite_vec.__version__ if hasattr(sqlite_vec, "__version__") else "",
             )
 
+    def _record_schema(self) -> None:
+        """The CoreFact schema is recorded in the file so a file describes itself. Opening a
+        file with a different schema keeps the recorded one's facts and records the new one."""
+        schema = json.dumps([{"name": t.name, "description": t.description} for t in self.config.fact_schema])
+        if store.read_meta(self.con).get("fact_schema") != schema:
+            with store.write(self.con):
+                store.set_meta(self.con, fact_schema=schema)
+
     def _record_llm_call(self, r: CallRecord) -> None:
+        self._llm_calls_made += 1
         try:
             self.con.execute(
                 "INSERT INTO llm_calls(at, purpose, model, prompt_tokens, completion_tokens, latency_ms, ok, error) "
@@ -234,6 +253,9 @@ class Memory:
         self.embedded_count = getattr(self, "embedded_count", 0) + len(todo)
         return out
 
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return validate_vectors(self.embedder.embed(list(texts), kind="passage"), len(texts), self.embedder.dim)
+
     def embed_query(self, text: str) -> np.ndarray:
         v = self._query_cache.get(text)
         if v is None:
@@ -252,6 +274,11 @@ class Memory:
         tid = self.trajectory_builder.assign(segment_id)
         self.con.execute("UPDATE trajectories SET title=coalesce(title, (SELECT title FROM segments WHERE id=?)) "
                          "WHERE id=?", (segment_id, tid))
+        self.core_facts.consolidate(segment_id)
+
+    def _accumulate(self, query: str, qvec: np.ndarray, evidence: Sequence[Evidence]) -> None:
+        with store.write(self.con):
+            self.active_facts_store.accumulate(query, qvec, evidence)
 
     # -- reading ---------------------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, level: str = "message") -> list[SearchResult]:
@@ -321,12 +348,124 @@ class Memory:
                 "messages": q("SELECT count(*) FROM messages"),
                 "segments": q("SELECT count(*) FROM segments"),
                 "trajectories": q("SELECT count(*) FROM trajectories"),
-                "core_facts": 0,
-                "active_facts": 0,
-                "candidates": 0,
+                "core_facts": q("SELECT count(*) FROM core_facts WHERE valid_to IS NULL"),
+                "superseded_facts": q("SELECT count(*) FROM core_facts WHERE valid_to IS NOT NULL"),
+                "active_facts": q("SELECT count(*) FROM active_facts"),
+                "candidates": q("SELECT count(*) FROM candidate_clusters"),
                 "llm_calls": q("SELECT count(*) FROM llm_calls"),
                 "llm_failures": q("SELECT count(*) FROM llm_calls WHERE ok=0"),
             }
+
+
+    # -- facts -----------------------------------------------------------------------------------
+    def facts(self, *, subject: str | None = None, type: str | None = None,  # noqa: A002 - the paper's name
+              include_superseded: bool = False) -> list[CoreFact]:
+        """CoreFacts, current ones only unless ``include_superseded``; ``subject`` matches
+        case-insensitively."""
+        sql = "SELECT id, subject, type, stmt, valid_from, valid_to, superseded_by, origin FROM core_facts WHERE 1=1"
+        args: list[Any] = []
+        if subject is not None:
+            sql += " AND lower(subject)=lower(?)"
+            args.append(subject)
+        if type is not None:
+            sql += " AND lower(type)=lower(?)"
+            args.append(type)
+        if not include_superseded:
+            sql += " AND valid_to IS NULL"
+        with self._lock:
+            self._check_open()
+            rows = self.con.execute(sql + " ORDER BY valid_from, id", args).fetchall()
+            return [CoreFact(r[0], r[1], r[2], r[3], from_stored(r[4]), from_stored(r[5]) if r[5] else None, r[6],
+                             self._fact_sources(r[0]), r[7]) for r in rows]
+
+    def _fact_sources(self, fid: int) -> tuple[int, ...]:
+        return tuple(m for (m,) in self.con.execute(
+            "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,)))
+
+    def fact_history(self, fact_id: int) -> list[FactEvent]:
+        """Every change to a CoreFact, oldest first."""
+        with self._lock:
+            self._check_open()
+            if self.con.execute("SELECT 1 FROM core_facts WHERE id=?", (fact_id,)).fetchone() is None:
+                raise NotFoundError(f"no fact with id {fact_id}")
+            rows = self.con.execute("SELECT at, op, stmt, detail FROM fact_history WHERE fact_id=? ORDER BY id",
+                                    (fact_id,)).fetchall()
+        return [FactEvent(from_stored(r[0]), r[1], r[2], r[3]) for r in rows]
+
+    def active_facts(self) -> list[ActiveFact]:
+        """Promoted ActiveFacts with provenance and the queries that triggered them."""
+        with self._lock:
+            self._check_open()
+            rows = self.con.execute(
+                "SELECT a.id, a.cluster_id, a.subject, a.stmt, c.score_src, c.score_qry FROM active_facts a "
+                "JOIN candidate_clusters c ON c.id=a.cluster_id ORDER BY a.id").fetchall()
+            return [ActiveFact(r[0], r[1], r[2], r[3], self._cluster_messages(r[1]), self._cluster_queries(r[1]),
+                               r[4], r[5]) for r in rows]
+
+    def candidates(self) -> list[CandidateCluster]:
+        """All candidate clusters C_k with their statements, queries, sources and scores."""
+        with self._lock:
+            self._check_open()
+            rows = self.con.execute(
+                "SELECT c.id, c.subject, c.score_src, c.score_qry, a.id FROM candidate_clusters c "
+                "LEFT JOIN active_facts a ON a.cluster_id=c.id ORDER BY c.id").fetchall()
+            return [CandidateCluster(
+                r[0], r[1], tuple(x for (x,) in self.con.execute(
+                    "SELECT stmt FROM cluster_statements WHERE cluster_id=? ORDER BY id", (r[0],))),
+                self._cluster_queries(r[0]), self._cluster_messages(r[0]), r[2], r[3], r[4]) for r in rows]
+
+    def _cluster_messages(self, cid: int) -> tuple[int, ...]:
+        return tuple(m for (m,) in self.con.execute(
+            "SELECT DISTINCT e.message_id FROM cluster_statements s JOIN cluster_evidence e ON e.statement_id=s.id "
+            "WHERE s.cluster_id=? ORDER BY e.message_id", (cid,)))
+
+    def _cluster_queries(self, cid: int) -> tuple[str, ...]:
+        return tuple(q for (q,) in self.con.execute(
+            "SELECT query FROM cluster_queries WHERE cluster_id=? ORDER BY id", (cid,)))
+
+    def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
+        """Delete a message (and everything derived only from it) or a CoreFact, in one
+        transaction. Exactly one of ``message_id`` / ``fact_id``."""
+        if (message_id is None) == (fact_id is None):
+            raise InvalidInputError("give exactly one of message_id or fact_id")
+        with self._lock:
+            self._check_open()
+            with store.write(self.con):
+                if message_id is not None:
+                    if self.con.execute("SELECT 1 FROM messages WHERE id=?", (message_id,)).fetchone() is None:
+                        raise NotFoundError(f"no message with id {message_id}")
+                    forget_message(self.con, message_id, self.active_facts_store)
+                else:
+                    if self.con.execute("SELECT 1 FROM core_facts WHERE id=?", (fact_id,)).fetchone() is None:
+                        raise NotFoundError(f"no fact with id {fact_id}")
+                    forget_fact(self.con, fact_id)  # type: ignore[arg-type]
+
+    # -- the query pipeline ----------------------------------------------------------------------
+    def context(self, question: str, *, budget_tokens: int = 2000) -> Context:
+        """Facts, then (if they do not suffice) dated evidence from the interaction memory, as a
+        ready-to-paste block within ``budget_tokens`` — for agents that call their own LLM.
+        Reads only: nothing is written."""
+        self._check_question(question, budget_tokens)
+        with self._lock:
+            self._check_open()
+            return build_context(self, question, budget_tokens)
+
+    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None) -> Answer:
+        """Answer from memory (paper §3.5). With an LLM: its answer from the assembled context;
+        offline: an extractive answer (``Answer.extractive``). Afterwards the query-local
+        evidence feeds the ActiveFact track (one transaction). ``now`` fixes "today" for the
+        answer prompt (tests, benchmarks)."""
+        self._check_question(question, budget_tokens)
+        at = from_stored(to_stored(now)) if now is not None else None
+        with self._lock:
+            self._check_open()
+            return answer_question(self, question, budget_tokens, at)
+
+    def _check_question(self, question: Any, budget_tokens: Any) -> None:
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInputError("question must be a non-empty string")
+        if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or not 50 <= budget_tokens <= 200_000:
+            raise InvalidInputError("budget_tokens must be an integer in [50, 200000]")
 
 
 def _label(entity_counts: Mapping[str, int], n: int = 4) -> str:

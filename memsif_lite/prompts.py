@@ -92,3 +92,151 @@ def title(lines: Sequence[str]) -> tuple[str, str, Any]:
         return " ".join(t.split())
 
     return TITLE_SYSTEM, user, validate
+
+
+# -- CoreFact extraction (§3.3) --------------------------------------------------------------
+EXTRACT_SYSTEM = (
+    "You extract durable facts about people from a conversation excerpt, only of the given types, "
+    "only when the excerpt states them clearly; never guess. Write each fact as one short sentence "
+    "naming its subject, with an absolute date for events. " + DATA_RULE +
+    ' Schema: {"facts": [{"subject": "...", "type": "...", "stmt": "...", "lines": [line numbers]}]}'
+)
+
+
+def extract_facts(lines: Sequence[str], context: Sequence[str], schema: Sequence[Any]) -> tuple[str, str, Any]:
+    types = {t.name.lower(): t.name for t in schema}
+    type_list = "; ".join(f"{t.name}: {t.description}" for t in schema)
+    numbered = [f"{i}. {line}" for i, line in enumerate(lines, start=1)]
+    user = (f"Fact types: {type_list}\n"
+            + (data_block("earlier_context", context) + "\n" if context else "")
+            + data_block("excerpt", numbered)
+            + '\nList the facts stated in the excerpt: {"facts": [...]} (an empty list if none). '
+              '"lines" are the excerpt line numbers that state the fact.')
+    n = len(lines)
+
+    def validate(obj: dict[str, Any]) -> list[tuple[str, str, str, list[int]]]:
+        facts = obj.get("facts")
+        if not isinstance(facts, list) or len(facts) > 20:
+            raise ReplyError("'facts' must be a list (at most 20)")
+        out = []
+        for f in facts:
+            if not isinstance(f, dict):
+                raise ReplyError("each fact must be an object")
+            subj, ftype, stmt, ln = f.get("subject"), f.get("type"), f.get("stmt"), f.get("lines")
+            if not (isinstance(subj, str) and 0 < len(subj.strip()) <= 100):
+                raise ReplyError("fact subject must be a short string")
+            if not isinstance(ftype, str) or ftype.strip().lower() not in types:
+                raise ReplyError(f"fact type {ftype!r} is not in the schema")
+            if not (isinstance(stmt, str) and 0 < len(stmt.strip()) <= 300):
+                raise ReplyError("fact stmt must be a sentence of at most 300 characters")
+            if (not isinstance(ln, list) or not ln
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in ln)):
+                raise ReplyError("fact lines must name excerpt lines")
+            out.append((" ".join(subj.split()), types[ftype.strip().lower()], " ".join(stmt.split()),
+                        sorted({x - 1 for x in ln})))
+        return out
+
+    return EXTRACT_SYSTEM, user, validate
+
+
+# -- CoreFact operation (§3.3) ---------------------------------------------------------------
+OPERATION_SYSTEM = (
+    "You maintain a fact memory. Given a new fact and existing facts, choose one operation: "
+    "add (new information), update (same fact, refine it with the new details), merge (the new fact "
+    "duplicates an existing one), supersede (the new fact replaces an outdated one, e.g. a move or a "
+    "changed job). " + DATA_RULE +
+    ' Schema: {"op": "add"|"update"|"merge"|"supersede", "target": existing fact number or null, '
+    '"stmt": "the statement to store"}'
+)
+OPERATIONS = ("add", "update", "merge", "supersede")
+
+
+def fact_operation(subject: str, ftype: str, stmt: str, existing: Sequence[str]) -> tuple[str, str, Any]:
+    user = (data_block("new_fact", [f"{subject} ({ftype}): {stmt}"]) + "\n"
+            + data_block("existing_facts", [f"{i}. {s}" for i, s in enumerate(existing, start=1)])
+            + '\nChoose: {"op": ..., "target": number or null, "stmt": ...}')
+    n = len(existing)
+
+    def validate(obj: dict[str, Any]) -> tuple[str, int | None, str | None]:
+        op, target, new = obj.get("op"), obj.get("target"), obj.get("stmt")
+        if op not in OPERATIONS:
+            raise ReplyError(f"op must be one of {OPERATIONS}")
+        if op == "add":
+            target = None
+        elif not isinstance(target, int) or isinstance(target, bool) or not 1 <= target <= n:
+            raise ReplyError("target must name an existing fact")
+        if new is not None and not (isinstance(new, str) and 0 < len(new.strip()) <= 300):
+            raise ReplyError("stmt must be a short sentence")
+        return op, (target - 1 if target is not None else None), (" ".join(new.split()) if new else None)
+
+    return OPERATION_SYSTEM, user, validate
+
+
+# -- Query pipeline (§3.5) -------------------------------------------------------------------
+SUFFICIENCY_SYSTEM = (
+    "You check whether the given facts are enough to answer a question fully. " + DATA_RULE +
+    ' Schema: {"sufficient": true|false}'
+)
+
+
+def sufficiency(question: str, facts: Sequence[str]) -> tuple[str, str, Any]:
+    user = (data_block("facts", facts) + "\n" + data_block("question", [question])
+            + '\nDo the facts alone answer the question? {"sufficient": true} or {"sufficient": false}')
+    return SUFFICIENCY_SYSTEM, user, lambda obj: _bool(obj, "sufficient")
+
+
+EVIDENCE_SYSTEM = (
+    "You pick the evidence needed to answer a question from numbered conversation lines. For each "
+    "useful piece, write one self-contained statement with its subject and absolute dates (resolve "
+    "words like 'yesterday' using the line's date). " + DATA_RULE +
+    ' Schema: {"evidence": [{"subject": "...", "stmt": "...", "lines": [line numbers]}]}'
+)
+
+
+def evidence(question: str, lines: Sequence[str]) -> tuple[str, str, Any]:
+    numbered = [f"{i}. {line}" for i, line in enumerate(lines, start=1)]
+    user = (data_block("question", [question]) + "\n" + data_block("conversation", numbered)
+            + '\nList the evidence (at most 8): {"evidence": [...]}, or {"evidence": []}.')
+    n = len(lines)
+
+    def validate(obj: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
+        items = obj.get("evidence")
+        if not isinstance(items, list) or len(items) > 12:
+            raise ReplyError("'evidence' must be a list of at most 12 items")
+        out = []
+        for it in items:
+            if not isinstance(it, dict):
+                raise ReplyError("evidence items must be objects")
+            subj, stmt, ln = it.get("subject"), it.get("stmt"), it.get("lines")
+            if not (isinstance(subj, str) and 0 < len(subj.strip()) <= 100):
+                raise ReplyError("evidence subject must be a short string")
+            if not (isinstance(stmt, str) and 0 < len(stmt.strip()) <= 400):
+                raise ReplyError("evidence stmt must be a sentence")
+            if (not isinstance(ln, list) or not ln
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in ln)):
+                raise ReplyError("evidence lines must name conversation lines")
+            out.append((" ".join(subj.split()), " ".join(stmt.split()), sorted({x - 1 for x in ln})))
+        return out
+
+    return EVIDENCE_SYSTEM, user, validate
+
+
+ANSWER_SYSTEM = (
+    "You answer a question about past conversations using only the memory given in the <data> "
+    "blocks (facts and dated evidence). Give a short, direct answer; use absolute dates; if the "
+    "memory does not contain the answer, say that you don't know. " + DATA_RULE +
+    ' Schema: {"answer": "..."}'
+)
+
+
+def answer(question: str, context: str, now: str) -> tuple[str, str, Any]:
+    user = (f"Today is {now}.\n" + data_block("memory", context.splitlines()) + "\n"
+            + data_block("question", [question]) + '\nAnswer: {"answer": "..."}')
+
+    def validate(obj: dict[str, Any]) -> str:
+        a = obj.get("answer")
+        if not isinstance(a, str) or not a.strip() or len(a) > 4000:
+            raise ReplyError("'answer' must be a non-empty string")
+        return a.strip()
+
+    return ANSWER_SYSTEM, user, validate

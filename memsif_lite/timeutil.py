@@ -62,3 +62,63 @@ def parse_locomo_date(s: str) -> datetime:
         return datetime(int(year), mon, int(day), h, int(minute))
     except ValueError as e:
         raise InvalidInputError(f"invalid date {s!r}: {e}") from e
+
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_REL = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|(?:last|next|this) (?:week|weekend|month|year|"
+    + "|".join(_WEEKDAYS) + r")|(\d+|a|an|one|two|three|four|five|six|a few|a couple of) (day|week|month|year)s? ago)\b",
+    re.IGNORECASE)
+_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "a couple of": 2}
+
+
+def day_label(dt: datetime) -> str:
+    """``Mon 8 May 2023``."""
+    return f"{dt.strftime('%a')} {dt.day} {dt.strftime('%b %Y')}"
+
+
+def relative_notes(text: str, said_at: datetime) -> list[str]:
+    """Resolve relative time expressions against the date a message was said, e.g.
+    ``'"yesterday" = Sun 7 May 2023'``; approximate ones are marked with ≈."""
+    from datetime import timedelta
+
+    notes: list[str] = []
+    for m in _REL.finditer(text):
+        phrase = m.group(0).lower()
+        d = said_at
+        approx = False
+        if phrase == "yesterday":
+            target = day_label(d - timedelta(days=1))
+        elif phrase in ("today", "tonight"):
+            target = day_label(d)
+        elif phrase == "tomorrow":
+            target = day_label(d + timedelta(days=1))
+        elif m.group(2):
+            n = _NUM.get(m.group(2).lower()) or int(m.group(2))
+            unit = m.group(3).lower()
+            days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
+            approx = unit != "day" or m.group(2).lower() in ("a few", "a couple of")
+            target = day_label(d - timedelta(days=days))
+        else:
+            which, what = phrase.split(" ", 1)
+            step = {"last": -1, "next": 1, "this": 0}[which]
+            if what in _WEEKDAYS:
+                wd = _WEEKDAYS.index(what)
+                delta = (wd - d.weekday()) % 7
+                if step == -1:
+                    delta = delta - 7 if delta > 0 else -7
+                elif step == 1:
+                    delta = delta if delta > 0 else 7
+                target = day_label(d + timedelta(days=delta))
+            elif what in ("week", "weekend"):
+                target = "the week of " + day_label(d + timedelta(days=7 * step - d.weekday()))
+            elif what == "month":
+                y, mo = d.year, d.month + step
+                y, mo = (y - 1, 12) if mo == 0 else (y + 1, 1) if mo == 13 else (y, mo)
+                target = datetime(y, mo, 1).strftime("%B %Y")
+            else:
+                target = str(d.year + step)
+        note = f'"{m.group(0)}" {"≈" if approx else "="} {target}'
+        if note not in notes:
+            notes.append(note)
+    return notes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-__all__ = ["Message", "SearchResult", "Segment", "Trajectory"]
+__all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact", "CandidateCluster"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,57 @@ class Trajectory:
     entities: tuple[str, ...]
     label: str
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class CoreFact:
+    """A schema-guided fact written at ingest. ``valid_to``/``superseded_by`` are set when a
+    later fact superseded it; it stays queryable with ``include_superseded=True``."""
+
+    id: int
+    subject: str
+    type: str
+    stmt: str
+    valid_from: datetime
+    valid_to: datetime | None
+    superseded_by: int | None
+    message_ids: tuple[int, ...]
+    origin: str
+
+
+@dataclass(frozen=True)
+class FactEvent:
+    """One row of a fact's history: add, update, merge, supersede or superseded."""
+
+    at: datetime
+    op: str
+    stmt: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class ActiveFact:
+    """A query-driven fact promoted from a candidate cluster."""
+
+    id: int
+    cluster_id: int
+    subject: str
+    stmt: str
+    message_ids: tuple[int, ...]
+    queries: tuple[str, ...]
+    score_src: float
+    score_qry: float
+
+
+@dataclass(frozen=True)
+class CandidateCluster:
+    """C_k = (s_k, X_k, Q_k, R_k) with its two scores; ``active_fact_id`` once promoted."""
+
+    id: int
+    subject: str
+    statements: tuple[str, ...]
+    queries: tuple[str, ...]
+    message_ids: tuple[int, ...]
+    score_src: float
+    score_qry: float
+    active_fact_id: int | None

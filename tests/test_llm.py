@@ -24,6 +24,8 @@ def _judge_reply(req):
         return '{"continues": true}'
     if "storylines" in system:
         return '{"compatible": [1]}'
+    if "extract durable facts" in system:
+        return '{"facts": []}'
     return '{"title": "A title"}'
 
 
@@ -45,7 +47,7 @@ def test_ingestion_with_llm_judges_records_every_call(db, fake_embedder, llm_ser
     assert st["llm_failures"] == 3  # not JSON, HTTP 500, wrong type; the fenced JSON is accepted
     ok = [r for r in rows if r[5] == 1]
     assert all(r[1] == "openai/test-model" and r[2] == 11 and r[3] == 3 and r[4] >= 0 for r in ok)
-    assert {r[0] for r in rows} <= {"boundary", "trajectory", "title"}
+    assert {r[0] for r in rows} <= {"boundary", "trajectory", "title", "fact_extract"}
     # memory content went to the model only inside a data block of the user message
     req = llm_server.requests[0]
     assert req["response_format"] == {"type": "json_object"}

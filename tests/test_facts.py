@@ -1,0 +1,199 @@
+"""Dual-Track Fact Memory: CoreFacts (Add/Update/Merge/Supersede with history), ActiveFact
+scores and promotion, forget."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fakes import FakeEmbedder
+from memsif_lite import Config, InvalidInputError, Memory, NotFoundError
+from memsif_lite.active_facts import Evidence, is_promoted, query_score, source_score
+from memsif_lite.matching import coherence
+
+LEVELS = (0.0, 1.0)
+T0 = datetime(2024, 1, 1, 9)
+
+
+def unit_vectors(draw_list):
+    arr = np.asarray(draw_list, dtype=np.float64)
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return arr / np.where(norms == 0, 1, norms)
+
+
+vectors_st = st.lists(st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4).filter(
+    lambda v: sum(x * x for x in v) > 1e-3), min_size=1, max_size=6)
+
+
+@given(n=st.integers(1, 50), vecs=vectors_st, levels=st.sampled_from([(0.0, 1.0), (-1.0, 1.0), (0.796, 0.881)]))
+def test_scores_lie_in_unit_interval_and_singletons_never_promote(n, vecs, levels):
+    v = unit_vectors(vecs)
+    for score in (source_score(n, v, levels), query_score(n, v, levels)):
+        assert 0.0 <= score < 1.0
+    assert source_score(1, v, levels) == 0.0 and query_score(1, v, levels) == 0.0
+    assert not is_promoted(source_score(1, v, levels), 1.0, 0.45, 0.45)
+    assert not is_promoted(1.0, query_score(1, v, levels), 0.45, 0.45)
+
+
+@given(vecs=vectors_st, perm=st.randoms())
+def test_coherence_symmetric_and_one_for_identical(vecs, perm):
+    v = unit_vectors(vecs)
+    order = list(range(len(v)))
+    perm.shuffle(order)
+    assert coherence(v, LEVELS) == pytest.approx(coherence(v[order], LEVELS))
+    assert coherence(np.stack([v[0]] * 3), LEVELS) == pytest.approx(1.0)
+    assert coherence(v[:1], LEVELS) == 1.0
+
+
+@given(s=st.floats(0, 0.999), q=st.floats(0, 0.999), ts=st.floats(0.01, 1), tq=st.floats(0.01, 1))
+def test_promotion_iff_both_scores_pass(s, q, ts, tq):
+    assert is_promoted(s, q, ts, tq) == (s >= ts and q >= tq)
+
+
+def _store_with_messages(d, n=6, cfg=None):
+    mem = Memory(Path(d) / "m.db", embedder=FakeEmbedder(), config=cfg or Config(sem_low=0.0, sem_high=1.0))
+    mem.add_many([{"speaker": "Ana", "text": f"topic{i} unrelated words{i} here{i}", "at": T0 + timedelta(hours=i * 10)}
+                  for i in range(n)])
+    return mem
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.tuples(st.sampled_from(["where does ana swim", "ana swimming pool", "pool times ana"]),
+                                st.lists(st.integers(1, 6), min_size=1, max_size=3)), min_size=1, max_size=6))
+def test_duplicate_queries_and_sources_never_change_scores(steps):
+    with tempfile.TemporaryDirectory() as d:
+        mem = _store_with_messages(d)
+        store = mem.active_facts_store
+        for query, mids in steps:
+            qv = mem.embed_query(query)
+            ev = [Evidence("Ana swims at the city pool", "Ana", tuple(mids))]
+            with mem.con:
+                store.accumulate(query, qv, ev)
+        cid = mem.con.execute("SELECT id FROM candidate_clusters").fetchone()[0]
+        before = store.scores(cid)
+        query, mids = steps[-1]
+        with mem.con:  # the same query and the same sources again
+            store.accumulate(query, mem.embed_query(query), [Evidence("Ana swims at the city pool", "Ana", tuple(mids))])
+        assert store.scores(cid) == pytest.approx(before)
+        src, qry = before
+        promoted = mem.con.execute("SELECT count(*) FROM active_facts").fetchone()[0] == 1
+        assert promoted == is_promoted(src, qry, mem.config.theta_s, mem.config.theta_q)
+        mem.close()
+
+
+def test_promotion_needs_recurring_demand_and_several_sources(tmp_path):
+    mem = _store_with_messages(tmp_path, cfg=Config(sem_low=0.0, sem_high=1.0, theta_s=0.3, theta_q=0.3))
+    store = mem.active_facts_store
+    stmt = "Ana swims at the city pool"
+    qs = ["where does ana swim", "which pool does ana swim in", "ana swimming pool where"]
+    with mem.con:
+        store.accumulate(qs[0], mem.embed_query(qs[0]), [Evidence(stmt, "Ana", (1,)), Evidence(stmt, "Ana", (3,))])
+    assert mem.stats()["active_facts"] == 0  # two sources but one query
+    with mem.con:
+        store.accumulate(qs[1], mem.embed_query(qs[1]), [Evidence(stmt, "Ana", (5,))])
+    [cluster] = mem.candidates()
+    assert cluster.queries == tuple(qs[:2]) and cluster.message_ids == (1, 3, 5)
+    assert cluster.score_src > 0.3 and cluster.score_qry > 0.3
+    [fact] = mem.active_facts()
+    assert fact.stmt == stmt and fact.subject == "ana" and fact.message_ids == (1, 3, 5)
+    mem.close()
+    with Memory(tmp_path / "m.db", embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0)) as again:
+        assert [f.stmt for f in again.active_facts()] == [stmt]  # persists across reopenings
+
+
+def _facts_memory(path, **kw):
+    return Memory(path, embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0, tau_merge=0.99,
+                                                               tau_split=0.98), **kw)
+
+
+def test_offline_core_facts_supersede_keeps_history(db):
+    with _facts_memory(db) as mem:
+        mem.add("Maya", "I live in Lisbon and I love tiled facades.", at=T0)
+        mem.add("Leo", "Nice, my sister Clara lives there too.", at=T0 + timedelta(days=1))
+        mem.add("Maya", "Big news: I moved to Porto last week!", at=T0 + timedelta(days=60))
+        mem.add("Leo", "Porto suits you.", at=T0 + timedelta(days=61))  # closes the previous segment
+        current = {f.stmt for f in mem.facts()}
+        assert {"Maya lives in Porto", "Maya loves tiled facades", "Leo has a sister named Clara"} <= current
+        assert "Maya lives in Lisbon" not in current
+        [old] = [f for f in mem.facts(subject="maya", include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
+        [new] = mem.facts(subject="MAYA", type="identity")
+        assert old.superseded_by == new.id and old.valid_to == datetime(2024, 3, 1, 9) and old.message_ids == (1,)
+        assert [e.op for e in mem.fact_history(old.id)] == ["add", "superseded"]
+        assert [e.op for e in mem.fact_history(new.id)] == ["supersede"]
+        assert mem.stats()["superseded_facts"] == 1
+        with pytest.raises(NotFoundError):
+            mem.fact_history(999)
+
+
+def test_exact_duplicates_merge_provenance(db):
+    with _facts_memory(db) as mem:
+        mem.add("Maya", "I love ceramics.", at=T0)
+        mem.add("Maya", "As you know, I love ceramics.", at=T0 + timedelta(days=3))
+        mem.add("Leo", "ok", at=T0 + timedelta(days=4))
+        [f] = mem.facts(type="Preference")
+        assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
+        assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
+
+
+def test_offline_extractor_does_not_invent(db):
+    with _facts_memory(db) as mem:
+        mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
+            "Do you live in Berlin?", "I love it!", "What do you think about that?", "Hmm, maybe.", "ok"])])
+        assert mem.facts(include_superseded=True) == []
+
+
+def test_forget_message_removes_everything_derived_only_from_it(db):
+    with _facts_memory(db) as mem:
+        mem.add("Maya", "I live in Lisbon.", at=T0)
+        a = mem.add("Maya", "I moved to Porto!", at=T0 + timedelta(days=30))
+        b = mem.add("Maya", "I love ceramics.", at=T0 + timedelta(days=31))
+        mem.add("Maya", "I love ceramics, really.", at=T0 + timedelta(days=32))
+        mem.add("Leo", "ok", at=T0 + timedelta(days=40))
+        with mem.con:
+            mem.active_facts_store.accumulate("where does maya live", mem.embed_query("where does maya live"),
+                                              [Evidence("Maya moved to Porto", "Maya", (a,))])
+        mem.forget(message_id=a)
+        stmts = {f.stmt for f in mem.facts()}
+        assert "Maya lives in Porto" not in stmts and "Maya lives in Lisbon" in stmts  # validity restored
+        assert mem.candidates() == []
+        mem.forget(message_id=b)
+        [f] = mem.facts(type="Preference")
+        assert f.message_ids == (4,)  # still supported by the other message
+        assert all(m.id not in (a, b) for m in mem.messages())
+        assert mem.search("Porto", k=5)[0].id != a
+        segs = mem.segments()
+        assert sorted(m for s in segs for m in s.message_ids) == [1, 4, 5]
+        for f in mem.facts(include_superseded=True):
+            assert f.message_ids  # no fact whose every source is gone
+        fid = mem.facts(type="Preference")[0].id
+        mem.forget(fact_id=fid)
+        assert mem.facts(type="Preference") == []
+        assert [m.id for m in mem.messages()] == [1, 4, 5]
+        with pytest.raises(InvalidInputError):
+            mem.forget()
+        with pytest.raises(NotFoundError):
+            mem.forget(message_id=a)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(order=st.permutations(list(range(6))), k=st.integers(1, 6))
+def test_forget_never_leaves_a_fact_without_sources(order, k):
+    texts = ["I live in Lisbon.", "I moved to Porto!", "I love ceramics.", "I love ceramics.", "My dog Pixel is sweet.",
+             "I adopted a cat named Mochi."]
+    with tempfile.TemporaryDirectory() as d:
+        with _facts_memory(Path(d) / "m.db") as mem:
+            ids = mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate(texts)])
+            mem.add("Leo", "ok", at=T0 + timedelta(days=9))
+            for i in order[:k]:
+                mem.forget(message_id=ids[i])
+            alive = {m.id for m in mem.messages()}
+            for f in mem.facts(include_superseded=True):
+                assert f.message_ids and set(f.message_ids) <= alive
+                if f.superseded_by is not None:
+                    assert f.superseded_by in {g.id for g in mem.facts(include_superseded=True)}
