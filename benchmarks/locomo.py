@@ -18,8 +18,11 @@ line ``[YYYY-MM-DD] Speaker: text`` counted by one shared counter (memsif_lite.t
 adds turns in its own priority order while they fit, then the context is shown chronologically.
 Systems:
 
-* ``memsif``: messages ranked with the interaction structure (hybrid message score + its Topical
-  Segment's and Event Trajectory's scores; memsif_lite.retrieval.rank_with_structure);
+* ``memsif``: exactly what ``Memory.context()`` builds offline: CoreFacts/ActiveFacts first
+  (their provenance counts as present), then dated evidence from messages ranked with the
+  interaction structure (hybrid message score + its Topical Segment's and Event Trajectory's
+  scores; memsif_lite.retrieval.rank_with_structure), long turns cut to their relevant
+  sentences, rendered with dates and resolved relative times (which cost tokens too);
 * ``memsif_no_segments`` / ``memsif_no_trajectories``: the same without that level (query time);
 * ``hybrid_rag``: turn-level BM25 (FTS5) + dense fused by reciprocal rank fusion;
 * ``naive_rag``: turn-level dense top-k (the paper's Naive RAG); ``bm25``: turn-level BM25;
@@ -77,7 +80,7 @@ class PrecomputedEmbedder:
 
 
 def ranking(mem, system: str, question: str) -> list[int]:
-    from memsif_lite.retrieval import rank_with_structure, rrf
+    from memsif_lite.retrieval import rrf
 
     r = mem.retriever
     if system == "recency":
@@ -89,9 +92,7 @@ def ranking(mem, system: str, question: str) -> list[int]:
     if system == "hybrid_rag":
         s = rrf(r.dense("message_vec", mem.embed_query(question), 200), r.bm25(question, 200))
         return [m for m, _ in sorted(s.items(), key=lambda kv: (-kv[1], kv[0]))]
-    ranked = rank_with_structure(r, question, use_segments=system != "memsif_no_segments",
-                                 use_trajectories=system != "memsif_no_trajectories")
-    return [m for m, _ in ranked]
+    raise ValueError(system)
 
 
 def pack(order: list[int], cost: dict[int, int], budget: int) -> list[int]:
@@ -115,6 +116,7 @@ def nce(gold: list[str], pos: dict[str, int], n_turns: int) -> bool:
 
 def run(args) -> dict:
     from memsif_lite import Memory
+    from memsif_lite.answer import build_context
     from memsif_lite.embed import OnnxEmbedder
     from memsif_lite.importers import locomo_turns
     from memsif_lite.tokens import count_tokens
@@ -182,7 +184,11 @@ def run(args) -> dict:
                     mem = store["flat" if s in FLAT else "memsif"][0]
                     for b in budgets:
                         t0 = time.perf_counter()
-                        chosen = pack(ranking(mem, s, str(q["question"])), mem.cost, b)
+                        if s in FLAT:
+                            chosen = pack(ranking(mem, s, str(q["question"])), mem.cost, b)
+                        else:
+                            chosen = build_context(mem, str(q["question"]), b, use_segments=s != "memsif_no_segments",
+                                                   use_trajectories=s != "memsif_no_trajectories").message_ids
                         totals[s]["lat"].append((time.perf_counter() - t0) * 1000)
                         have = {mem.src[m] for m in chosen}
                         rec = sum(g in have for g in gold) / len(gold)

@@ -147,6 +147,146 @@ def show(db: str) -> None:
         _print_timeline(mem)
 
 
+def _answer_json(a) -> str:
+    return json.dumps({
+        "answer": a.text, "extractive": a.extractive, "sufficient": a.sufficient, "context": a.context,
+        "evidence": [{"message_ids": list(e.message_ids), "speaker": e.speaker, "stmt": e.stmt,
+                      "at": e.at.isoformat(), "session": e.session, "source_ids": list(e.source_ids),
+                      "notes": list(e.notes)} for e in a.evidence],
+        "facts": [{"kind": f.kind, "id": f.id, "subject": f.subject, "type": f.type, "stmt": f.stmt,
+                   "message_ids": list(f.message_ids)} for f in a.facts],
+        "tokens_in": a.tokens_in, "tokens_out": a.tokens_out, "llm_calls": a.llm_calls, "timings_ms": a.timings_ms,
+    }, ensure_ascii=False)
+
+
+@main.command()
+@db_option
+@config_option
+@llm_option
+@api_base_option
+@click.argument("question")
+@click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def ask(db: str, config: str | None, llm: str | None, api_base: str | None, question: str, budget: int,
+        as_json: bool) -> None:
+    """Answer QUESTION from memory, then show the evidence with dates and ids."""
+    with _open(db, config, llm, api_base) as mem:
+        a = mem.ask(question, budget_tokens=budget)
+    if as_json:
+        click.echo(_answer_json(a))
+        return
+    click.secho(a.text, bold=True)
+    if a.extractive:
+        click.echo("(extractive answer: the most relevant stored sentence; configure --llm for a generated one)")
+    for f in a.facts:
+        click.echo(f"  fact {f.kind}#{f.id}: {f.stmt}  (messages {', '.join(map(str, f.message_ids))})")
+    for e in a.evidence:
+        click.echo(f"  [{_dt(e.at)}] #{','.join(map(str, e.message_ids))} {e.speaker}: {e.stmt}")
+
+
+@main.command()
+@db_option
+@click.argument("question")
+@click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output (text plus items).")
+def context(db: str, question: str, budget: int, as_json: bool) -> None:
+    """Print a ready-to-paste memory context for QUESTION (no LLM call, nothing written)."""
+    with _open(db, None, None, None) as mem:
+        c = mem.context(question, budget_tokens=budget)
+    if as_json:
+        click.echo(json.dumps({"text": c.text, "tokens": c.tokens, "sufficient": c.sufficient,
+                               "message_ids": list(c.message_ids)}, ensure_ascii=False))
+    else:
+        click.echo(c.text)
+
+
+@main.command()
+@db_option
+@click.option("--subject", default=None)
+@click.option("--type", "ftype", default=None)
+@click.option("--all", "include_superseded", is_flag=True, help="Include superseded facts.")
+@click.option("--active", is_flag=True, help="List promoted ActiveFacts instead.")
+def facts(db: str, subject: str | None, ftype: str | None, include_superseded: bool, active: bool) -> None:
+    """List CoreFacts (JSON lines), or ActiveFacts with --active."""
+    with _open(db, None, None, None) as mem:
+        if active:
+            for a in mem.active_facts():
+                click.echo(json.dumps({"id": a.id, "subject": a.subject, "stmt": a.stmt, "message_ids": list(a.message_ids),
+                                       "queries": list(a.queries)}, ensure_ascii=False))
+            return
+        for f in mem.facts(subject=subject, type=ftype, include_superseded=include_superseded):
+            click.echo(json.dumps({"id": f.id, "subject": f.subject, "type": f.type, "stmt": f.stmt,
+                                   "valid_from": f.valid_from.isoformat(),
+                                   "valid_to": f.valid_to.isoformat() if f.valid_to else None,
+                                   "superseded_by": f.superseded_by, "message_ids": list(f.message_ids)},
+                                  ensure_ascii=False))
+
+
+@main.command()
+@db_option
+@click.option("--message", "message_id", type=int, default=None, help="Message id to forget.")
+@click.option("--fact", "fact_id", type=int, default=None, help="CoreFact id to forget.")
+def forget(db: str, message_id: int | None, fact_id: int | None) -> None:
+    """Delete a message (and everything derived only from it) or a fact."""
+    with _open(db, None, None, None) as mem:
+        mem.forget(message_id=message_id, fact_id=fact_id)
+    click.echo("forgotten")
+
+
+@main.command("export")
+@db_option
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to write.")
+def export_cmd(db: str, out: str) -> None:
+    """Export everything to JSON lines (import it with `memsif import`)."""
+    with _open(db, None, None, None) as mem:
+        n = mem.export_to(out)
+    click.echo(f"wrote {n} lines to {out}")
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+def import_cmd(file: str, db: str) -> None:
+    """Load an export into a fresh memory file."""
+    with _open(db, None, None, None) as mem:
+        counts = mem.import_from(file)
+        st = mem.stats()
+    click.echo(f"imported {counts.get('messages', 0)} messages; " + ", ".join(f"{k} {v}" for k, v in st.items()))
+
+
+@main.command()
+@db_option
+@click.argument("dest", type=click.Path(dir_okay=False))
+def backup(db: str, dest: str) -> None:
+    """Write a consistent copy of the memory file to DEST (safe while others write)."""
+    with _open(db, None, None, None) as mem:
+        mem.backup(dest)
+    click.echo(f"backed up to {dest}")
+
+
+@main.command()
+@db_option
+def check(db: str) -> None:
+    """Check a memory file: what it is, integrity, schema, indexes and vectors."""
+    from .errors import MemsifError as _E
+    from .memory import Memory
+
+    try:
+        with Memory(db) as mem:
+            problems = mem.check()
+            st = mem.stats()
+    except _E as e:
+        click.echo(f"NOT OK: {e}")
+        sys.exit(1)
+    if problems:
+        click.echo("NOT OK:")
+        for p in problems:
+            click.echo(f"  - {p}")
+        sys.exit(1)
+    click.echo(f"OK: a memsif memory file (schema, integrity, full-text index and vectors check out); "
+               f"{st['messages']} messages, {st['segments']} segments, {st['core_facts']} facts")
+
+
 @main.command()
 @click.option("--db", envvar="MEMSIF_DB", default=None, type=click.Path(dir_okay=False),
               help="Where to write the demo memory (default: a temporary file).")
@@ -171,16 +311,20 @@ def demo(db: str | None) -> None:
             click.echo(f"  {k:14} {v}")
         click.secho("\nStructure: Topical Segments grouped into Event Trajectories", bold=True)
         _print_timeline(mem, width=90)
-        for q in ("Where does Maya live now?", "How did Leo do in his races?", "What pets do they have?"):
+        for q in ("Which company did Maya join?", "What pets does Leo have?"):
             click.secho(f"\nsearch: {q}", bold=True)
             for h in mem.search(q, k=3):
                 click.echo(f"  [{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
-        if hasattr(mem, "facts"):
-            facts = mem.facts()
-            if facts:
-                click.secho("\nCoreFacts extracted offline", bold=True)
-                for f in facts[:12]:
-                    click.echo(f"  {f.type:10} {f.subject}: {f.stmt}")
+        facts = mem.facts(include_superseded=True)
+        if facts:
+            click.secho("\nCoreFacts extracted offline (with history)", bold=True)
+            for f in facts[:14]:
+                until = f"  [superseded {f.valid_to:%Y-%m-%d}]" if f.valid_to else ""
+                click.echo(f"  {f.type:10} {f.stmt}{until}")
+        for q in ("What time did Leo run in the half marathon?", "What is the name of Maya's kitten?"):
+            a = mem.ask(q, budget_tokens=400)
+            click.secho(f"\nask: {q}", bold=True)
+            click.echo(f"  {a.text}   (extractive, offline; {a.tokens_in} context tokens)")
     if tmp is not None:
         tmp.cleanup()
     click.echo("\nDone. Try: memsif ingest FILE --db my.db && memsif search --db my.db \"...\"")

@@ -440,6 +440,53 @@ class Memory:
                         raise NotFoundError(f"no fact with id {fact_id}")
                     forget_fact(self.con, fact_id)  # type: ignore[arg-type]
 
+    # -- portability and health ------------------------------------------------------------------
+    def export_to(self, path: str | Path) -> int:
+        """Write everything (messages with vectors, structure, facts with history, clusters,
+        LLM-call accounting) as JSON lines; returns the number of lines."""
+        from .maintenance import export_rows
+
+        n = 0
+        with self._lock:
+            self._check_open()
+            tmp = Path(f"{path}.partial")
+            with self.con:  # one read transaction: a consistent snapshot
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    for obj in export_rows(self.con):
+                        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+                        n += 1
+            tmp.replace(path)
+        return n
+
+    def import_from(self, path: str | Path) -> dict[str, int]:
+        """Load an export into this (fresh) memory file, in one transaction."""
+        from .maintenance import import_rows, read_export
+
+        with self._lock:
+            self._check_open()
+            try:
+                fh = open(path, encoding="utf-8")
+            except OSError as e:
+                raise InvalidInputError(f"cannot read {path}: {e}") from None
+            with fh, store.write(self.con):
+                return import_rows(self.con, read_export(fh), model_id=self.embedder.model_id, dim=self.embedder.dim)
+
+    def backup(self, dest: str | Path) -> None:
+        """A consistent, self-contained copy (``VACUUM INTO``), safe while others write."""
+        from .maintenance import backup
+
+        with self._lock:
+            self._check_open()
+            backup(self.con, dest)
+
+    def check(self) -> list[str]:
+        """Integrity, full-text and vector-table checks; an empty list means healthy."""
+        from .maintenance import check_connection
+
+        with self._lock:
+            self._check_open()
+            return check_connection(self.con)
+
     # -- the query pipeline ----------------------------------------------------------------------
     def context(self, question: str, *, budget_tokens: int = 2000) -> Context:
         """Facts, then (if they do not suffice) dated evidence from the interaction memory, as a

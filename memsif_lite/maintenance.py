@@ -1,0 +1,188 @@
+"""Portability and health: export / import (JSON lines), consistent backups, and ``check``.
+
+Export writes one header line, then one line per row of every memsif table (BLOBs base64;
+vectors included, so an import needs no re-embedding and reproduces the structure exactly).
+Import only fills a *fresh* file, validates every vector (float32, finite, the right length)
+and inserts in one transaction; the full-text index is rebuilt. Backup uses ``VACUUM INTO``,
+which copies one consistent snapshot even while another process is writing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import apsw
+import numpy as np
+
+from . import store
+from .errors import InvalidInputError, MemoryFileError
+
+__all__ = ["TABLES", "VEC_TABLES", "export_rows", "import_rows", "check_connection", "FORMAT"]
+
+FORMAT = "memsif-export"
+#: plain tables in dependency order, with their columns
+TABLES: dict[str, tuple[str, ...]] = {
+    "messages": ("id", "speaker", "text", "at", "session", "source_id", "content_hash", "created_at"),
+    "llm_calls": ("id", "at", "purpose", "model", "prompt_tokens", "completion_tokens", "latency_ms", "ok", "error"),
+    "trajectories": ("id", "n_segments", "n_messages", "vec_sum", "entities", "start_at", "end_at", "title"),
+    "segments": ("id", "trajectory_id", "n_messages", "vec_sum", "entities", "start_at", "end_at", "closed", "title"),
+    "message_units": ("message_id", "segment_id", "entities", "phi", "decision"),
+    "core_facts": ("id", "subject", "type", "stmt", "slot", "valid_from", "valid_to", "superseded_by", "created_at",
+                   "updated_at", "origin"),
+    "fact_sources": ("fact_id", "message_id"),
+    "fact_history": ("id", "fact_id", "at", "op", "stmt", "detail"),
+    "candidate_clusters": ("id", "subject", "created_at", "updated_at", "score_src", "score_qry"),
+    "cluster_statements": ("id", "cluster_id", "stmt", "vector", "at"),
+    "cluster_evidence": ("statement_id", "message_id"),
+    "cluster_queries": ("id", "cluster_id", "query", "vector", "at"),
+    "active_facts": ("id", "cluster_id", "subject", "stmt", "created_at", "updated_at"),
+}
+#: vec0 tables and the plain table whose ids they mirror
+VEC_TABLES = {"message_vec": "messages", "segment_vec": "segments", "trajectory_vec": "trajectories",
+              "fact_vec": "core_facts", "active_fact_vec": "active_facts"}
+_META_KEEP = ("fact_schema", "created_at", "created_by")
+
+
+def _enc(v: Any) -> Any:
+    return {"b64": base64.b64encode(v).decode("ascii")} if isinstance(v, (bytes, bytearray, memoryview)) else v
+
+
+def _dec(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) != {"b64"} or not isinstance(v["b64"], str):
+            raise InvalidInputError("bad binary value in export")
+        return base64.b64decode(v["b64"], validate=True)
+    if isinstance(v, (list, float)) and isinstance(v, list):
+        raise InvalidInputError("unexpected list value in export")
+    return v
+
+
+def export_rows(con: apsw.Connection) -> Iterator[dict]:
+    meta = store.read_meta(con)
+    yield {"format": FORMAT, "version": 1, "schema_version": store.latest_version(), "meta": meta}
+    for table, cols in TABLES.items():
+        for row in con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY rowid"):
+            yield {"table": table, "row": dict(zip(cols, (_enc(v) for v in row)))}
+    for table in VEC_TABLES:
+        for rowid, emb in con.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid"):
+            yield {"table": table, "row": {"rowid": rowid, "embedding": _enc(emb)}}
+
+
+def read_export(fh: IO[str]) -> Iterator[dict]:
+    for n, line in enumerate(fh, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(InvalidInputError(f"line {n}: {c}")))
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"export line {n} is not JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise InvalidInputError(f"export line {n} is not an object")
+        yield obj
+
+
+def import_rows(con: apsw.Connection, rows: Iterator[dict], *, model_id: str, dim: int) -> dict[str, int]:
+    """Insert an export into a fresh, migrated file (caller holds the write transaction)."""
+    header = next(rows, None)
+    if not header or header.get("format") != FORMAT:
+        raise InvalidInputError("not a memsif export (missing header line)")
+    if not isinstance(header.get("schema_version"), int) or header["schema_version"] > store.latest_version():
+        raise InvalidInputError("the export comes from a newer memsif_lite; upgrade to import it")
+    meta = header.get("meta") or {}
+    if meta.get("embedding_model") != model_id or str(meta.get("embedding_dim")) != str(dim):
+        raise InvalidInputError(f"the export was made with embedding model {meta.get('embedding_model')!r} "
+                                f"(dim {meta.get('embedding_dim')}); import it with the same model")
+    if con.execute("SELECT count(*) FROM messages").fetchone()[0]:
+        raise InvalidInputError("import needs a fresh memory file")
+    counts: dict[str, int] = {}
+    con.execute("PRAGMA defer_foreign_keys=ON")  # e.g. superseded_by points to a later fact
+    store.set_meta(con, **{k: meta[k] for k in _META_KEEP if isinstance(meta.get(k), str)})
+    for obj in rows:
+        table, row = obj.get("table"), obj.get("row")
+        if not isinstance(row, dict):
+            raise InvalidInputError("export row without data")
+        if table in TABLES:
+            cols = TABLES[table]
+            if set(row) != set(cols):
+                raise InvalidInputError(f"{table} row has columns {sorted(row)}, expected {sorted(cols)}")
+            values = [_dec(row[c]) for c in cols]
+            if table == "messages" and values[2] is not None and not str(values[2]).strip():
+                raise InvalidInputError("empty message text in export")
+            try:
+                con.execute(f"INSERT INTO {table}({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})", values)
+            except apsw.Error as e:
+                raise InvalidInputError(f"invalid {table} row in export: {e}") from None
+        elif table in VEC_TABLES:
+            rowid, emb = row.get("rowid"), _dec(row.get("embedding"))
+            if not isinstance(rowid, int) or not isinstance(emb, bytes) or len(emb) != 4 * dim:
+                raise InvalidInputError(f"invalid vector row in {table}")
+            vec = np.frombuffer(emb, dtype=np.float32)
+            if not np.isfinite(vec).all():
+                raise InvalidInputError(f"non-finite vector in {table}")
+            con.execute(f"INSERT INTO {table}(rowid, embedding) VALUES(?, ?)", (rowid, emb))
+        else:
+            raise InvalidInputError(f"unknown table {table!r} in export")
+        counts[table] = counts.get(table, 0) + 1
+    con.execute("INSERT INTO message_fts(message_fts) VALUES('rebuild')")
+    problems = check_connection(con)
+    if problems:
+        raise InvalidInputError("the imported data is inconsistent: " + "; ".join(problems[:5]))
+    return counts
+
+
+def check_connection(con: apsw.Connection) -> list[str]:
+    """Integrity, full-text index and vec0 consistency problems, in plain words (empty = healthy)."""
+    problems: list[str] = []
+    res = con.execute("PRAGMA integrity_check").fetchall()
+    if res != [("ok",)]:
+        problems += [f"SQLite integrity check: {r[0]}" for r in res[:10]]
+    try:
+        con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
+    except apsw.Error as e:
+        problems.append(f"the full-text index does not match the messages ({e})")
+    dim = int(store.read_meta(con)["embedding_dim"])
+    for vt, owner in VEC_TABLES.items():
+        try:
+            chunks = con.execute(f"SELECT chunk_id, size, length(validity), length(rowids) FROM {vt}_chunks").fetchall()
+            for cid, size, lv, lr in chunks:
+                blob = con.execute(f"SELECT length(vectors) FROM {vt}_vector_chunks00 WHERE rowid=?", (cid,)).fetchone()
+                if size <= 0 or lv != (size + 7) // 8 or lr != size * 8 or not blob or blob[0] != size * dim * 4:
+                    problems.append(f"vector table {vt}: chunk {cid} has the wrong size")
+            n_vec = con.execute(f"SELECT count(*) FROM {vt}_rowids").fetchone()[0]
+            n_own = con.execute(f"SELECT count(*) FROM {owner}").fetchone()[0]
+            if n_vec != n_own:
+                problems.append(f"{owner}: {n_own} rows but {n_vec} vectors")
+            missing = con.execute(f"SELECT count(*) FROM {owner} WHERE rowid NOT IN (SELECT rowid FROM {vt}_rowids)"
+                                  ).fetchone()[0]
+            if missing:
+                problems.append(f"{owner}: {missing} rows without a vector")
+            bad_chunk = con.execute(f"SELECT count(*) FROM {vt}_rowids WHERE chunk_id NOT IN "
+                                    f"(SELECT chunk_id FROM {vt}_chunks)").fetchone()[0]
+            if bad_chunk:
+                problems.append(f"vector table {vt}: {bad_chunk} vectors point to missing chunks")
+        except apsw.Error as e:
+            problems.append(f"vector table {vt} is unreadable: {e}")
+    orphan_units = con.execute("SELECT count(*) FROM messages WHERE id NOT IN (SELECT message_id FROM message_units)"
+                               ).fetchone()[0]
+    if orphan_units:
+        problems.append(f"{orphan_units} messages are in no segment")
+    fk = con.execute("PRAGMA foreign_key_check").fetchall()
+    if fk:
+        problems.append(f"{len(fk)} rows reference missing rows (first: {fk[0][0]})")
+    return problems
+
+
+def backup(con: apsw.Connection, dest: str | Path) -> None:
+    d = Path(dest)
+    if d.exists():
+        raise InvalidInputError(f"{d} already exists; choose a new file for the backup")
+    previous = con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM INTO attaches the target
+    try:
+        con.execute("VACUUM INTO ?", (str(d),))
+    except apsw.Error as e:
+        raise MemoryFileError(f"backup to {d} failed: {e}") from e
+    finally:
+        con.limit(apsw.SQLITE_LIMIT_ATTACHED, previous)

@@ -1,0 +1,418 @@
+"""Reliability and security promises (README "Guarantees"): crash safety, power loss, atomicity,
+concurrent writers, hostile files, bad input, portability (export/import, backup, check)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import apsw
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fakes import FakeEmbedder
+from memsif_lite import Config, EmbeddingError, InvalidInputError, Memory, MemoryFileError, MemsifError
+
+TESTS = Path(__file__).parent
+
+
+def _hash_state(path):
+    with Memory(path, embedder=FakeEmbedder()) as mem:
+        rows = mem.con.execute("SELECT id, speaker, text FROM messages ORDER BY id").fetchall()
+        return rows, mem.stats(), [s.message_ids for s in mem.segments()]
+
+
+# -- 1. crash safety (kill -9) ------------------------------------------------------------------
+WRITER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from fakes import FakeEmbedder
+    from memsif_lite import Memory
+    with Memory(sys.argv[1], embedder=FakeEmbedder()) as mem:
+        i = 0
+        while True:
+            mem.add_many([{{"speaker": "W", "text": f"message {{i}} about topic {{i % 7}}"}},
+                          {{"speaker": "V", "text": f"reply {{i}} on topic {{i % 7}}"}}])
+            print(i, flush=True)
+            i += 1
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", [3, 17, 41, 90])
+def test_kill_9_loses_no_acknowledged_message(tmp_path, kill_after):
+    db = tmp_path / "crash.db"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(tests=str(TESTS)))
+    proc = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True)
+    acked = -1
+    for line in proc.stdout:
+        acked = int(line)
+        if acked >= kill_after:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        assert mem.check() == []
+        texts = {t for (t,) in mem.con.execute("SELECT text FROM messages")}
+        assert mem.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    for i in range(acked + 1):
+        assert f"message {i} about topic {i % 7}" in texts and f"reply {i} on topic {i % 7}" in texts
+    assert len(texts) % 2 == 0  # a batch is all or nothing
+
+
+# -- 1b. power loss: a VFS that drops every write not yet synced --------------------------------
+class PowerLossVFS(apsw.VFS):
+    """Keeps pre-images of every write since the file's last sync; ``power_cut()`` restores
+    them, as if the disk had lost everything not yet flushed."""
+
+    def __init__(self):
+        self.undo: dict[str, list] = {}
+        super().__init__("powerloss", "unix", makedefault=True)
+
+    def xOpen(self, name, flags):
+        return PowerLossFile(self, name, flags)
+
+    def power_cut(self):
+        for fname, log in self.undo.items():
+            if not os.path.exists(fname):
+                continue
+            with open(fname, "r+b") as fh:
+                for kind, offset, data in reversed(log):
+                    if kind == "size":
+                        fh.truncate(offset)
+                    else:
+                        fh.seek(offset)
+                        fh.write(data)
+        self.undo.clear()
+
+
+class PowerLossFile(apsw.VFSFile):
+    def __init__(self, vfs, name, flags):
+        self.vfs = vfs
+        self.fname = name.filename() if hasattr(name, "filename") else name
+        super().__init__("unix", name, flags)
+
+    def _log(self):
+        return self.vfs.undo.setdefault(self.fname, []) if self.fname else []
+
+    def xWrite(self, data, offset):
+        if self.fname:
+            size = self.xFileSize()
+            log = self._log()
+            if not any(k == "size" for k, _, _ in log):
+                log.append(("size", size, None))
+            if offset < size:
+                log.append(("data", offset, self.xRead(min(len(data), size - offset), offset)))
+        return super().xWrite(data, offset)
+
+    def xTruncate(self, newsize):
+        if self.fname:
+            size = self.xFileSize()
+            if newsize < size:
+                self._log().append(("data", newsize, self.xRead(size - newsize, newsize)))
+        return super().xTruncate(newsize)
+
+    def xSync(self, flags):
+        if self.fname:
+            self.vfs.undo.pop(self.fname, None)
+        return super().xSync(flags)
+
+
+@pytest.mark.parametrize("sync", ["FULL", "OFF"])
+def test_power_loss_keeps_every_committed_add_with_synchronous_full(tmp_path, sync):
+    db = tmp_path / "power.db"
+    vfs = PowerLossVFS()
+    try:
+        mem = Memory(db, embedder=FakeEmbedder(), config=Config(synchronous=sync))
+        for i in range(25):
+            mem.add("A", f"committed message {i}")
+        vfs.power_cut()  # the machine dies: nothing unsynced reaches the disk
+        mem.con.close()
+    finally:
+        vfs.unregister()
+    try:
+        with Memory(db, embedder=FakeEmbedder()) as mem:
+            n = mem.stats()["messages"]
+            ok = mem.check() == []
+    except MemsifError:
+        n, ok = -1, False
+    if sync == "FULL":
+        assert n == 25 and ok
+    else:  # the VFS really drops data: without syncs, committed messages are lost
+        assert n < 25
+
+
+# -- 2. atomicity -------------------------------------------------------------------------------
+class BrokenEmbedder(FakeEmbedder):
+    def embed(self, texts, *, kind):
+        if any("boom" in t for t in texts):
+            raise EmbeddingError("the model crashed")
+        return super().embed(texts, kind=kind)
+
+
+class NaNEmbedder(FakeEmbedder):
+    def embed(self, texts, *, kind):
+        out = super().embed(texts, kind=kind)
+        if any("nan" in t for t in texts):
+            out[:] = float("nan")
+        return out
+
+
+def test_embedder_failure_leaves_the_file_unchanged(db):
+    with Memory(db, embedder=BrokenEmbedder()) as mem:
+        mem.add_many([{"speaker": "A", "text": f"fine {i}"} for i in range(5)])
+        before = mem.con.execute("SELECT count(*) FROM messages").fetchone()[0]
+        with pytest.raises(EmbeddingError):
+            mem.add_many([{"speaker": "A", "text": "ok"}, {"speaker": "A", "text": "boom"}])
+        assert mem.con.execute("SELECT count(*) FROM messages").fetchone()[0] == before
+    with Memory(db, embedder=NaNEmbedder(model_id="fake-bow-32")) as mem:
+        with pytest.raises(EmbeddingError, match="NaN"):
+            mem.add("A", "nan please")
+        assert mem.stats()["messages"] == 5 and mem.check() == []
+
+
+def test_failure_inside_the_structure_step_rolls_back_everything(db):
+    with Memory(db, embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0)) as mem:
+        mem.add_many([{"speaker": "A", "text": f"alpha {i}"} for i in range(4)])
+        snapshot = _state(mem)
+
+        def broken_judge(*a, **k):
+            raise RuntimeError("judge bug")
+
+        mem.segment_builder.judge.continues = broken_judge
+        mem.segment_builder.tau_merge, mem.segment_builder.tau_split = 0.999, 0.0  # everything goes to the judge
+        with pytest.raises(RuntimeError):
+            mem.add_many([{"speaker": "B", "text": "beta one"}, {"speaker": "B", "text": "beta two"}])
+        assert _state(mem) == snapshot
+
+
+def _state(mem):
+    return [mem.con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
+            for t in ("messages", "segments", "message_units", "trajectories", "core_facts")] + [
+        mem.con.execute("SELECT count(*) FROM message_vec").fetchone(), mem.stats()]
+
+
+def test_disk_full_leaves_the_file_as_it_was(db):
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        mem.add_many([{"speaker": "A", "text": f"seed {i}"} for i in range(5)])
+        snapshot = _state(mem)
+        pages = mem.con.execute("PRAGMA page_count").fetchone()[0]
+        mem.con.execute(f"PRAGMA max_page_count={pages + 2}")
+        with pytest.raises(apsw.FullError):
+            mem.add_many([{"speaker": "A", "text": "x" * 20000 + f" {i}"} for i in range(30)])
+        assert _state(mem) == snapshot
+        mem.con.execute("PRAGMA max_page_count=4294967294")
+        mem.add("A", "room again")
+        assert mem.stats()["messages"] == 6 and mem.check() == []
+
+
+# -- 3. concurrent use ----------------------------------------------------------------------------
+def _writer(path, tag, n, q):
+    sys.path.insert(0, str(TESTS))
+    from fakes import FakeEmbedder as FE
+
+    try:
+        with Memory(path, embedder=FE()) as mem:
+            for i in range(n):
+                mem.add("W", f"{tag} message {i}")
+        q.put(("ok", tag))
+    except Exception as e:  # noqa: BLE001
+        q.put(("error", f"{tag}: {type(e).__name__}: {e}"))
+
+
+def _reader(path, seconds, q):
+    sys.path.insert(0, str(TESTS))
+    from fakes import FakeEmbedder as FE
+
+    try:
+        with Memory(path, embedder=FE()) as mem:
+            end, n = time.time() + seconds, 0
+            while time.time() < end:
+                mem.search("message", k=5)
+                n += 1
+        q.put(("ok", f"reader {n}"))
+    except Exception as e:  # noqa: BLE001
+        q.put(("error", f"reader: {type(e).__name__}: {e}"))
+
+
+@pytest.mark.slow
+def test_two_writers_and_a_reader_lose_nothing(db):
+    Memory(db, embedder=FakeEmbedder()).close()
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(str(db), t, 60, q)) for t in ("a", "b")]
+    procs.append(ctx.Process(target=_reader, args=(str(db), 4, q)))
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert all(r[0] == "ok" for r in results), results
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        texts = {t for (t,) in mem.con.execute("SELECT text FROM messages")}
+        assert texts == {f"{t} message {i}" for t in "ab" for i in range(60)}
+        assert mem.check() == []
+        segs = mem.segments()
+        assert sum(len(s.message_ids) for s in segs) == 120 and sum(not s.closed for s in segs) == 1
+
+
+# -- 4. hostile files -------------------------------------------------------------------------------
+def test_view_and_oversized_vec_declaration_refused_untouched(db):
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        mem.add("A", "hello")
+    con = apsw.Connection(str(db))
+    con.execute("CREATE VIEW leak AS SELECT text FROM messages")
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(MemoryFileError, match="view leak"):
+        Memory(db, embedder=FakeEmbedder())
+    assert db.read_bytes() == before
+    con = apsw.Connection(str(db))
+    con.execute("DROP VIEW leak")
+    con.execute("PRAGMA writable_schema=ON")
+    con.execute("UPDATE sqlite_schema SET sql=replace(sql, 'float[32]', 'float[4000000]') WHERE name='message_vec'")
+    con.close()
+    with pytest.raises(MemoryFileError, match="message_vec"):
+        Memory(db, embedder=FakeEmbedder())
+
+
+def test_check_finds_damaged_vector_chunks(db):
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        mem.add_many([{"speaker": "A", "text": f"m {i}"} for i in range(3)])
+    con = apsw.Connection(str(db))
+    con.execute("UPDATE message_vec_vector_chunks00 SET vectors=zeroblob(10)")
+    con.close()
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        problems = mem.check()
+    assert any("message_vec" in p and "wrong size" in p for p in problems)
+
+
+# -- 5. bad input -------------------------------------------------------------------------------------
+text_st = st.one_of(st.text(min_size=1, max_size=300), st.sampled_from([
+    "'; DROP TABLE messages; --", 'x" OR 1=1 --', "NEAR(a b)", "\x00nul\x00 inside", "🙂 emoji and 中文", "a" * 1_000_000]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(text_st, min_size=1, max_size=4), session=st.one_of(st.none(), st.text(max_size=20), st.integers()))
+def test_any_text_is_stored_verbatim_or_refused_cleanly(tmp_path_factory, texts, session):
+    db = tmp_path_factory.mktemp("bad") / "m.db"
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        items = [{"speaker": "A", "text": t, "session": session} for t in texts]
+        try:
+            ids = mem.add_many(items)
+        except InvalidInputError:
+            assert mem.stats()["messages"] == 0
+            return
+        assert [mem.get(i).text for i in ids] == texts
+        mem.search(texts[0][:200] if texts[0].strip() else "x", k=3)
+        assert mem.check() == []
+
+
+# -- 7. portability -------------------------------------------------------------------------------------
+def _full_state(mem):
+    tables = ["messages", "segments", "trajectories", "message_units", "core_facts", "fact_sources", "fact_history",
+              "candidate_clusters", "cluster_statements", "cluster_evidence", "cluster_queries", "active_facts",
+              "llm_calls"]
+    out = {t: mem.con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in tables}
+    for v in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec"):
+        out[v] = mem.con.execute(f"SELECT rowid, embedding FROM {v} ORDER BY rowid").fetchall()
+    return out
+
+
+def test_export_import_round_trips_everything(tmp_path, sample_messages):
+    from memsif_lite.active_facts import Evidence
+
+    emb = FakeEmbedder()
+    src = tmp_path / "src.db"
+    with Memory(src, embedder=emb, config=Config(sem_low=0.0, sem_high=1.0)) as mem:
+        mem.add_many(sample_messages)
+        mem.add("Maya", "I moved to Braga!")
+        mem.add("Leo", "Braga is lovely.")
+        for q in ("where does maya live", "maya home city"):
+            mem._accumulate(q, mem.embed_query(q), [Evidence("Maya lives in Braga", "Maya", (44,)),
+                                                    Evidence("Maya lives in Braga", "Maya", (12,))])
+        assert mem.facts(include_superseded=True) and mem.candidates()
+        n = mem.export_to(tmp_path / "dump.jsonl")
+        state = _full_state(mem)
+    assert n > 100
+    with Memory(tmp_path / "dst.db", embedder=emb, config=Config(sem_low=0.0, sem_high=1.0)) as new:
+        new.import_from(tmp_path / "dump.jsonl")
+        assert _full_state(new) == state
+        assert {h.text for h in new.search("Braga", k=2)} == {"I moved to Braga!", "Braga is lovely."}
+        assert new.check() == []
+        with pytest.raises(InvalidInputError, match="fresh"):
+            new.import_from(tmp_path / "dump.jsonl")
+    lines = (tmp_path / "dump.jsonl").read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:5] + ['{"table": "sqlite_schema", "row": {}}']))
+    with Memory(tmp_path / "dst2.db", embedder=emb) as new:
+        with pytest.raises(InvalidInputError, match="unknown table"):
+            new.import_from(bad)
+        assert new.stats()["messages"] == 0
+    with Memory(tmp_path / "dst3.db", embedder=FakeEmbedder(model_id="other")) as new:
+        with pytest.raises(InvalidInputError, match="embedding model"):
+            new.import_from(tmp_path / "dump.jsonl")
+
+
+def _slow_writer(path, q):
+    sys.path.insert(0, str(TESTS))
+    from fakes import FakeEmbedder as FE
+
+    with Memory(path, embedder=FE()) as mem:
+        q.put("started")
+        for i in range(150):
+            mem.add("W", f"background message {i}")
+    q.put("done")
+
+
+@pytest.mark.slow
+def test_backup_is_consistent_while_a_writer_is_active(tmp_path):
+    db = tmp_path / "live.db"
+    Memory(db, embedder=FakeEmbedder()).close()
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_slow_writer, args=(str(db), q))
+    p.start()
+    assert q.get(timeout=60) == "started"
+    time.sleep(0.3)
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        mem.backup(tmp_path / "copy.db")
+        with pytest.raises(InvalidInputError):
+            mem.backup(tmp_path / "copy.db")
+    assert q.get(timeout=120) == "done"
+    p.join()
+    assert not (tmp_path / "copy.db-wal").exists() or (tmp_path / "copy.db-wal").stat().st_size == 0
+    with Memory(tmp_path / "copy.db", embedder=FakeEmbedder()) as copy:
+        assert copy.check() == []
+        n = copy.stats()["messages"]
+        assert [m.text for m in copy.messages()] == [f"background message {i}" for i in range(n)]
+        assert sum(len(s.message_ids) for s in copy.segments()) == n
+
+
+def test_cli_check_export_import_backup(tmp_path):
+    from click.testing import CliRunner
+
+    from memsif_lite.cli import main
+
+    db = tmp_path / "c.db"
+    with Memory(db) as mem:
+        mem.add_many([{"speaker": "A", "text": "I live in Lisbon."}, {"speaker": "B", "text": "Nice city."}])
+    r = CliRunner()
+    out = r.invoke(main, ["check", "--db", str(db)])
+    assert out.exit_code == 0 and out.output.startswith("OK"), out.output
+    assert r.invoke(main, ["export", "--db", str(db), "--out", str(tmp_path / "e.jsonl")]).exit_code == 0
+    out = r.invoke(main, ["import", str(tmp_path / "e.jsonl"), "--db", str(tmp_path / "n.db")])
+    assert out.exit_code == 0 and "imported 2 messages" in out.output, out.output
+    assert r.invoke(main, ["backup", "--db", str(db), str(tmp_path / "b.db")]).exit_code == 0
+    (tmp_path / "junk.db").write_bytes(os.urandom(5000))
+    out = r.invoke(main, ["check", "--db", str(tmp_path / "junk.db")])
+    assert out.exit_code == 1 and "NOT OK" in out.output and "not an SQLite database" in out.output
