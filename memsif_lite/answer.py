@@ -181,9 +181,8 @@ def _fact_line(f: FactItem) -> str:
 
 
 def _evidence_line(e: EvidenceItem) -> str:
-    sess = f" · session {e.session}" if e.session else ""
-    notes = f"  (dates: {'; '.join(e.notes)})" if e.notes else ""
-    return f"- [{day_label(e.at)}{sess}] {e.speaker}: {e.stmt}{notes}"
+    notes = f" (dates: {'; '.join(e.notes)})" if e.notes else ""
+    return f"- [{e.at:%Y-%m-%d}] {e.speaker}: {e.stmt}{notes}"
 
 
 def _offline_evidence(mem: "Memory", ranked: Sequence[int], qwords: set[str], limit: int) -> list[EvidenceItem]:
@@ -252,14 +251,14 @@ def build_context(mem: "Memory", question: str, budget_tokens: int, *, use_segme
 
 def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[EvidenceItem],
               budget: int) -> tuple[str, list[FactItem], list[EvidenceItem]]:
-    """Facts first (at most half the budget), then evidence in rank order while it fits; the
+    """Facts first (at most a quarter of the budget), then evidence in rank order while it fits; the
     evidence is shown chronologically. The result never exceeds ``budget`` tokens."""
     head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
     used = 0
     shown_f: list[FactItem] = []
     for f in facts:
         c = count_tokens(_fact_line(f)) + 1 + (count_tokens(head_f) + 1 if not shown_f else 0)
-        if used + c > budget // 2:
+        if used + c > budget // 4:
             break
         shown_f.append(f)
         used += c

@@ -18,7 +18,7 @@ CREATE TABLE messages(
 CREATE INDEX messages_content_hash ON messages(content_hash);
 CREATE INDEX messages_session ON messages(session);
 
-CREATE VIRTUAL TABLE message_vec USING vec0(embedding float[{dim}] distance_metric=cosine);
+CREATE VIRTUAL TABLE message_vec USING vec0(embedding float[{dim}] distance_metric=cosine, chunk_size=256);
 
 CREATE VIRTUAL TABLE message_fts USING fts5(
     speaker, text, content='messages', content_rowid='id',

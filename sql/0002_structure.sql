@@ -36,5 +36,5 @@ CREATE TABLE message_units(
 ) STRICT;
 CREATE INDEX message_units_segment ON message_units(segment_id);
 
-CREATE VIRTUAL TABLE segment_vec USING vec0(embedding float[{dim}] distance_metric=cosine);
-CREATE VIRTUAL TABLE trajectory_vec USING vec0(embedding float[{dim}] distance_metric=cosine);
+CREATE VIRTUAL TABLE segment_vec USING vec0(embedding float[{dim}] distance_metric=cosine, chunk_size=64);
+CREATE VIRTUAL TABLE trajectory_vec USING vec0(embedding float[{dim}] distance_metric=cosine, chunk_size=64);

@@ -33,7 +33,7 @@ CREATE TABLE fact_history(
 ) STRICT;
 CREATE INDEX fact_history_fact ON fact_history(fact_id);
 
-CREATE VIRTUAL TABLE fact_vec USING vec0(embedding float[{dim}] distance_metric=cosine);
+CREATE VIRTUAL TABLE fact_vec USING vec0(embedding float[{dim}] distance_metric=cosine, chunk_size=64);
 
 -- ActiveFact track: candidate clusters C_k = (s_k, X_k, Q_k, R_k) and promoted entries.
 CREATE TABLE candidate_clusters(
@@ -80,4 +80,4 @@ CREATE TABLE active_facts(
     updated_at TEXT NOT NULL
 ) STRICT;
 
-CREATE VIRTUAL TABLE active_fact_vec USING vec0(embedding float[{dim}] distance_metric=cosine);
+CREATE VIRTUAL TABLE active_fact_vec USING vec0(embedding float[{dim}] distance_metric=cosine, chunk_size=64);
