@@ -36,12 +36,14 @@ def conversation_files(path: str | Path) -> list[tuple[str, dict]]:
 
 
 class CachedEmbedder:
-    """Wraps an embedder with an on-disk cache keyed by text+kind (benchmarks re-embed the same
-    turns for every system; the cache makes that cost be paid once)."""
+    """Wraps an embedder with an on-disk cache of *passage* vectors (benchmarks re-embed the
+    same turns for every system; the cache makes that cost be paid once). Queries always go to
+    the real model, so query latencies include embedding the question."""
 
     def __init__(self, inner, cache_name: str = "vectors"):
         self.inner = inner
         self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
         CACHE.mkdir(exist_ok=True)
         self.path = CACHE / f"{cache_name}-{inner.model_id}.npz"
         self.mem: dict[str, np.ndarray] = {}
@@ -52,6 +54,8 @@ class CachedEmbedder:
         self.misses = 0
 
     def embed(self, texts, *, kind):
+        if kind != "passage":
+            return self.inner.embed(texts, kind=kind)
         keys = [hashlib.sha1(f"{kind}\0{t}".encode()).hexdigest() for t in texts]
         miss = [i for i, k in enumerate(keys) if k not in self.mem]
         if miss:

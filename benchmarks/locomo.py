@@ -74,6 +74,7 @@ class PrecomputedEmbedder:
     def __init__(self, inner):
         self.inner = inner
         self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
 
     def embed(self, texts, *, kind):
         return self.inner.embed(texts, kind=kind)

@@ -8,7 +8,9 @@ X_k keeps deduplicated statements, Q_k the distinct triggering queries (near-dup
 
     Score_src = (1 − 1/|R_k|) · Coh(X_k)        Score_qry = (1 − 1/|Q_k|) · Coh(Q_k)
 
-with Coh the mean pairwise normalised cosine (1 for a singleton). A cluster is promoted into an
+with Coh the mean pairwise normalised cosine (1 for a singleton; statements are normalised with
+the model's passage levels, queries with its query levels: two different questions about the
+same person score low, two wordings of one question high). A cluster is promoted into an
 ActiveFact when both scores reach θ_s and θ_q; its statement is the cluster's most central
 statement, and it is updated (or withdrawn, if the scores fall after ``forget``) as the cluster
 changes. Clusters and ActiveFacts live in the file and persist across queries and reopenings.
@@ -30,7 +32,8 @@ __all__ = ["Evidence", "source_score", "query_score", "is_promoted", "ActiveFact
            "QUERY_DUPLICATE", "STATEMENT_DUPLICATE"]
 
 #: an evidence statement joins a cluster when its mean normalised cosine to X_k reaches this
-COMPATIBLE = 0.5
+#: (0.75 ≈ clearly the same matter: two unrelated statements about one person score ≈ 0.4)
+COMPATIBLE = 0.75
 #: two queries this similar (raw cosine) count as one triggering query
 QUERY_DUPLICATE = 0.97
 #: two statements this similar (raw cosine) are one statement
@@ -72,8 +75,9 @@ def _vec(blob: bytes) -> np.ndarray:
 
 class ActiveFactStore:
     def __init__(self, con: apsw.Connection, *, levels: tuple[float, float], theta_s: float, theta_q: float,
-                 embed_passages):
+                 embed_passages, query_levels: tuple[float, float] | None = None):
         self.con, self.levels, self.theta_s, self.theta_q = con, levels, theta_s, theta_q
+        self.query_levels = query_levels or levels
         self.embed_passages = embed_passages
 
     def accumulate(self, query: str, qvec: np.ndarray, evidence: Sequence[Evidence]) -> list[int]:
@@ -135,7 +139,7 @@ class ActiveFactStore:
             "SELECT count(DISTINCT e.message_id) FROM cluster_statements s "
             "JOIN cluster_evidence e ON e.statement_id=s.id WHERE s.cluster_id=?", (cid,)).fetchone()[0]
         src = source_score(n_src, np.stack(xs) if xs else np.zeros((0, 1)), self.levels)
-        qry = query_score(len(qs), np.stack(qs) if qs else np.zeros((0, 1)), self.levels)
+        qry = query_score(len(qs), np.stack(qs) if qs else np.zeros((0, 1)), self.query_levels)
         return src, qry
 
     def refresh(self, cid: int) -> int | None:

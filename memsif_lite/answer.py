@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "build_context", "answer_question"]
 
 #: offline sufficiency: cosine between the question and a query that promoted an ActiveFact
-SUFFICIENT_QUERY = 0.93
+SUFFICIENT_QUERY = 0.95
 #: facts more than this (raw query–fact cosine) below the best match are not shown: query and
 #: passage embeddings live in different cosine ranges, so the cut is relative to the best match
 FACT_MARGIN = 0.04

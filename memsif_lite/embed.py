@@ -35,6 +35,8 @@ class Embedder(Protocol):
     metric: str
     #: raw-cosine levels of an unrelated pair and a same-topic pair (normalisation of s_sem)
     sem_levels: tuple[float, float]
+    #: optional ``query_levels``: the same for two questions (different need / same need),
+    #: used for Coh(Q_k) of candidate clusters; defaults to ``sem_levels``
 
     def embed(self, texts: Sequence[str], *, kind: Kind) -> np.ndarray: ...
 
@@ -98,6 +100,8 @@ class OnnxEmbedder:
         self.pad_id = int(m.get("pad_id", 1))
         self.prefixes = {"query": m.get("query_prefix", "query: "), "passage": m.get("passage_prefix", "passage: ")}
         self.sem_levels = (float(m.get("sem_low", 0.0)), float(m.get("sem_high", 1.0)))
+        self.query_levels = (float(m.get("query_low", self.sem_levels[0])),
+                             float(m.get("query_high", self.sem_levels[1])))
         self.batch_size = batch_size
         self._threads = threads or os.cpu_count() or 1
         self._onnx_path, self._tok_path = onnx_path, tok_path

@@ -94,7 +94,8 @@ class Memory:
         self.core_facts = CoreFactWriter(self.con, schema=self.config.fact_schema, embed_passages=self._embed_texts,
                                          llm=self.llm)
         self.active_facts_store = ActiveFactStore(self.con, levels=self.levels, theta_s=cfg.theta_s,
-                                                  theta_q=cfg.theta_q, embed_passages=self._embed_texts)
+                                                  theta_q=cfg.theta_q, embed_passages=self._embed_texts,
+                                                  query_levels=getattr(self.embedder, "query_levels", None))
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ class CountingEmbedder:
     def __init__(self, inner):
         self.inner = inner
         self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
         self.texts: list[str] = []
 
     def embed(self, texts, *, kind):
