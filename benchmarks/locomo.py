@@ -224,6 +224,55 @@ def run(args) -> dict:
     return out
 
 
+JUDGE_SYSTEM = (
+    "You grade an answer to a question about a conversation against the gold answer. Be generous with "
+    "wording and format (a date in another format, a paraphrase, extra detail) but strict with facts. "
+    'Reply with one JSON object: {"correct": true|false}'
+)
+
+
+def accuracy(args) -> dict:
+    """Answer accuracy of memsif with an LLM, the online query-state protocol: per conversation,
+    ingest with the LLM judges, then ask every question in a seeded shuffled order (clusters and
+    ActiveFacts accumulate across questions); an LLM judge compares with the gold answer."""
+    import random
+
+    from memsif_lite import Memory
+    from memsif_lite.importers import locomo_turns
+    from memsif_lite.llm import LLM
+
+    kwargs = {"api_base": args.api_base} if args.api_base else {}
+    judge = LLM(args.judge or args.llm, kwargs=kwargs)
+    per_cat: dict[str, list[bool]] = {}
+    tokens, calls_q, calls_ingest, turns_total = [], [], 0, 0
+    with tempfile.TemporaryDirectory() as d:
+        for sid, sample in conversation_files(args.data):
+            turns = list(locomo_turns(sample["conversation"]))
+            turns_total += len(turns)
+            with Memory(Path(d) / f"{sid}-llm.db", llm=args.llm, llm_kwargs=kwargs or None) as mem:
+                mem.add_many(turns)
+                calls_ingest += mem.stats()["llm_calls"]
+                qs = [q for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
+                random.Random(args.seed).shuffle(qs)
+                for q in qs:
+                    a = mem.ask(str(q["question"]), budget_tokens=2000, now=turns[-1].get("at"))
+                    tokens.append(a.tokens_in + a.tokens_out)
+                    calls_q.append(a.llm_calls)
+                    user = json.dumps({"question": q["question"], "gold_answer": str(q.get("answer")),
+                                       "answer": a.text}, ensure_ascii=False)
+                    ok = judge.complete_json("judge", JUDGE_SYSTEM, user,
+                                             lambda o: bool(o["correct"]) if isinstance(o.get("correct"), bool)
+                                             else (_ for _ in ()).throw(ValueError("bad")))
+                    per_cat.setdefault(CATEGORIES[q["category"]], []).append(bool(ok))
+    allv = [v for vs in per_cat.values() for v in vs]
+    return {"model": args.llm, "judge": args.judge or args.llm,
+            "accuracy": {"all": round(float(np.mean(allv)), 4) if allv else None,
+                         **{k: round(float(np.mean(v)), 4) for k, v in per_cat.items()}},
+            "tokens_per_question": round(float(np.mean(tokens)), 1) if tokens else None,
+            "llm_calls_per_question": round(float(np.mean(calls_q)), 2) if calls_q else None,
+            "llm_calls_per_ingested_turn": round(calls_ingest / max(turns_total, 1), 3)}
+
+
 def table(res: dict) -> str:
     budgets = res["budgets"]
     lines = ["| system | " + " | ".join(f"all@{b}" for b in budgets) + " | " +
@@ -271,12 +320,15 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(ALL_SYSTEMS))
     ap.add_argument("--budgets", default="500,1000,2000")
     ap.add_argument("--no-cache", action="store_true", help="do not use the on-disk vector cache")
-    ap.add_argument("--llm", default=None, help="(answer accuracy with an LLM: see benchmarks/README.md)")
+    ap.add_argument("--llm", default=None, help="litellm model: also measure answer accuracy with memsif + this LLM")
+    ap.add_argument("--judge", default=None, help="litellm model of the answer judge (default: --llm)")
+    ap.add_argument("--api-base", default=None, help="base URL for --llm/--judge (vLLM, Ollama, ...)")
+    ap.add_argument("--seed", type=int, default=0, help="question order of the online query-state protocol")
     args = ap.parse_args()
-    if args.llm:
-        raise SystemExit("--llm answer accuracy is not implemented yet; see benchmarks/README.md")
     t0 = time.perf_counter()
     res = run(args)
+    if args.llm:
+        res["answer_accuracy"] = accuracy(args)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
     out.write_text(json.dumps(res, indent=2))

@@ -1,0 +1,51 @@
+"""Smoke tests of the benchmark scripts on bundled fixtures (never ../shared)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args, cwd):
+    r = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.mark.slow
+def test_locomo_benchmark_shape_and_single_turn_recall(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("locomo_tiny.json", "locomo_single.json"):
+        (data / name).write_text((FIXTURES / name).read_text())
+    out = tmp_path / "results.json"
+    r = _run(str(ROOT / "benchmarks" / "locomo.py"), "--data", str(data), "--out", str(out), "--no-cache",
+             "--budgets", "60,500", cwd=tmp_path)
+    res = json.loads(out.read_text())
+    assert res["data"] == {"conversations": 2, "questions": 5, "turns": 8}
+    systems = {"memsif", "naive_rag", "bm25", "hybrid_rag", "recency", "memsif_no_segments", "memsif_no_trajectories"}
+    assert set(res["systems"]) == systems
+    for s in res["systems"].values():
+        assert set(s) >= {"recall", "ingest_turns_per_s", "query_ms_p50", "query_ms_p95", "file_bytes_per_turn"}
+        assert set(s["recall"]) == {"60", "500"}
+        for per in s["recall"].values():
+            assert set(per) == {"all", "single_hop", "multi_hop", "temporal", "knowledge", "nce"}
+            assert per["all"] is not None and 0.0 <= per["all"] <= 1.0
+        assert s["recall"]["500"]["all"] == 1.0  # everything fits in 500 tokens
+    assert "| memsif |" in r.stdout
+    # the lone question of the single-turn conversation: its evidence is the only turn
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "s.json").write_text((FIXTURES / "locomo_single.json").read_text())
+    _run(str(ROOT / "benchmarks" / "locomo.py"), "--data", str(single), "--out", str(tmp_path / "s.json"),
+         "--no-cache", "--budgets", "100", cwd=tmp_path)
+    res = json.loads((tmp_path / "s.json").read_text())
+    assert all(s["recall"]["100"]["all"] == 1.0 for s in res["systems"].values())
