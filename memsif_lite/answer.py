@@ -288,19 +288,17 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[Evide
 
 
 def extractive_answer(question: str, ctx: Context) -> str:
-    qwords = _query_words(question)
+    """The best-ranked evidence item's most relevant sentence (or the top fact when facts
+    sufficed); marked with its speaker and date."""
     if ctx.sufficient and ctx.facts:
         return ctx.facts[0].stmt
-    best, best_score = None, -1
-    for rank, e in enumerate(ctx.evidence[:5]):
-        for s in _SENT.split(e.stmt):
-            sc = _overlap(s, qwords) * 10 - rank
-            if sc > best_score:
-                best, best_score = (e, s), sc
-    if best is None:
+    if not ctx.evidence:
         return ctx.facts[0].stmt if ctx.facts else "I don't know: nothing in memory matches the question."
-    e, s = best
-    return f"{e.speaker} ({e.at:%Y-%m-%d}): {s.strip()}"
+    qwords = _query_words(question)
+    e = ctx.evidence[0]
+    sents = [x for x in _SENT.split(e.stmt) if x.strip()] or [e.stmt]
+    best = max(range(len(sents)), key=lambda i: (_overlap(sents[i], qwords), -i))
+    return f"{e.speaker} ({e.at:%Y-%m-%d}): {sents[best].strip()}"
 
 
 def answer_question(mem: "Memory", question: str, budget_tokens: int, now: datetime | None) -> Answer:

@@ -311,20 +311,26 @@ def demo(db: str | None) -> None:
             click.echo(f"  {k:14} {v}")
         click.secho("\nStructure: Topical Segments grouped into Event Trajectories", bold=True)
         _print_timeline(mem, width=90)
-        for q in ("Which company did Maya join?", "What pets does Leo have?"):
+        for q in ("Which company did Maya join?", "Where does Maya live now?"):
             click.secho(f"\nsearch: {q}", bold=True)
             for h in mem.search(q, k=3):
                 click.echo(f"  [{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
+        q = "What did Leo do with his running shoes?"
+        click.secho(f"\nsearch by segment: {q}", bold=True)
+        for h in mem.search(q, k=1, level="segment"):
+            click.echo("  " + h.text.replace("\n", "\n  "))
         facts = mem.facts(include_superseded=True)
         if facts:
             click.secho("\nCoreFacts extracted offline (with history)", bold=True)
             for f in facts[:14]:
                 until = f"  [superseded {f.valid_to:%Y-%m-%d}]" if f.valid_to else ""
                 click.echo(f"  {f.type:10} {f.stmt}{until}")
-        for q in ("What time did Leo run in the half marathon?", "What is the name of Maya's kitten?"):
+        for q in ("Who is Maya's manager?", "What is the name of Leo's dog?"):
             a = mem.ask(q, budget_tokens=400)
             click.secho(f"\nask: {q}", bold=True)
-            click.echo(f"  {a.text}   (extractive, offline; {a.tokens_in} context tokens)")
+            click.echo(f"  {a.text}\n  (extractive answer, offline; {a.tokens_in} context tokens; best evidence:)")
+            for e in a.evidence[:3]:
+                click.echo(f"    [{e.at:%Y-%m-%d}] #{','.join(map(str, e.message_ids))} {e.speaker}: {e.stmt[:100]}")
     if tmp is not None:
         tmp.cleanup()
     click.echo("\nDone. Try: memsif ingest FILE --db my.db && memsif search --db my.db \"...\"")

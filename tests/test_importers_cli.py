@@ -67,7 +67,7 @@ def test_cli_reports_memsif_errors_cleanly(tmp_path):
 def test_cli_demo_runs(tmp_path):
     r = CliRunner().invoke(main, ["demo", "--db", str(tmp_path / "demo.db")])
     assert r.exit_code == 0, r.output
-    assert "messages       43" in r.output and "Trajectory" in r.output and "search:" in r.output
+    assert "messages       41" in r.output and "Trajectory" in r.output and "search:" in r.output
 
 
 def test_read_any_dispatches(tmp_path):

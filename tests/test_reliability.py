@@ -335,10 +335,10 @@ def test_export_import_round_trips_everything(tmp_path, sample_messages):
     src = tmp_path / "src.db"
     with Memory(src, embedder=emb, config=Config(sem_low=0.0, sem_high=1.0)) as mem:
         mem.add_many(sample_messages)
-        mem.add("Maya", "I moved to Braga!")
+        moved = mem.add("Maya", "I moved to Braga!")
         mem.add("Leo", "Braga is lovely.")
         for q in ("where does maya live", "maya home city"):
-            mem._accumulate(q, mem.embed_query(q), [Evidence("Maya lives in Braga", "Maya", (44,)),
+            mem._accumulate(q, mem.embed_query(q), [Evidence("Maya lives in Braga", "Maya", (moved,)),
                                                     Evidence("Maya lives in Braga", "Maya", (12,))])
         assert mem.facts(include_superseded=True) and mem.candidates()
         n = mem.export_to(tmp_path / "dump.jsonl")
