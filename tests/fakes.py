@@ -60,6 +60,15 @@ class FakeLLMServer:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(body)
+                if self.path.endswith("/embeddings"):
+                    inputs = body.get("input") or []
+                    inputs = [inputs] if isinstance(inputs, str) else inputs
+                    vecs = FakeEmbedder(dim=16).embed(inputs, kind="passage")
+                    self._send(200, {"object": "list", "model": body.get("model", "test"),
+                                     "data": [{"object": "embedding", "index": i, "embedding": v.tolist()}
+                                              for i, v in enumerate(vecs)],
+                                     "usage": {"prompt_tokens": 5, "total_tokens": 5}})
+                    return
                 try:
                     reply = server.replies.get_nowait()
                 except queue.Empty:

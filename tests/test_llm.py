@@ -94,3 +94,107 @@ def test_trajectory_judge_validation_rejects_unknown_candidates():
         with pytest.raises(ReplyError):
             validate(bad)
     assert json.dumps("Ana: hi") in user
+
+
+# -- CoreFacts through the LLM: extraction and the four operations --------------------------------
+def _facts_reply(script):
+    """Answer by purpose: boundary → continue, trajectory → none, extraction/operation from ``script``."""
+    def reply(req):
+        system = req["messages"][0]["content"]
+        if "continues the current topic" in system:
+            return '{"continues": false}'
+        if "storylines" in system:
+            return '{"compatible": []}'
+        if "short title" in system:
+            return '{"title": "Moving house"}'
+        if "extract durable facts" in system:
+            return script["extract"].pop(0) if script["extract"] else '{"facts": []}'
+        if "maintain a fact memory" in system:
+            return script["op"].pop(0) if script["op"] else '{"op": "add", "target": null}'
+        return "{}"
+    return reply
+
+
+def test_llm_core_facts_four_operations_and_invalid_replies(db, fake_embedder, llm_server):
+    cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+    fact = lambda stmt, ftype="Identity", lines=(1,): json.dumps(  # noqa: E731
+        {"facts": [{"subject": "Maya", "type": ftype, "stmt": stmt, "lines": list(lines)}]})
+    script = {
+        "extract": [fact("Maya lives in Lisbon"), fact("Maya lives in Lisbon, near the river"),
+                    fact("Maya lives in Lisbon."), fact("Maya lives in Porto"),
+                    fact("Maya likes tea", ftype="Mood"),                    # type outside the schema
+                    fact("Maya has a cat", ftype="Relation", lines=(7,)),    # line that does not exist
+                    fact("Maya loves ceramics", ftype="Preference")],
+        "op": ['{"op": "update", "target": 1, "stmt": "Maya lives in Lisbon, near the river"}',
+               '{"op": "merge", "target": 1}',
+               '{"op": "supersede", "target": 1, "stmt": "Maya lives in Porto"}',
+               '{"op": "delete", "target": 1}',                              # not an operation
+               ],
+    }
+    llm_server.default = _facts_reply(script)
+    t = datetime(2024, 1, 1, 9)
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        texts = ["home sweet home", "the river view", "still here", "new city now", "tea time", "meow",
+                 "clay and wheels", "bye"]
+        for i, text in enumerate(texts):
+            mem.add("Maya", text, at=t + timedelta(days=30 * i))
+        facts = mem.facts(include_superseded=True)
+        by_stmt = {f.stmt: f for f in facts}
+        old = by_stmt["Maya lives in Lisbon, near the river"]
+        new = by_stmt["Maya lives in Porto"]
+        assert old.superseded_by == new.id and old.valid_to is not None and old.message_ids == (1, 2, 3)
+        assert [e.op for e in mem.fact_history(old.id)] == ["add", "update", "merge", "superseded"]
+        assert mem.fact_history(old.id)[0].stmt == "Maya lives in Lisbon"  # history keeps the old wording
+        assert "Maya likes tea" not in by_stmt and "Maya has a cat" not in by_stmt
+        assert by_stmt["Maya loves ceramics"].origin == "llm"
+        failures = mem.con.execute("SELECT purpose, error FROM llm_calls WHERE ok=0").fetchall()
+    purposes = sorted(p for p, _ in failures)
+    # the Mood type, the missing line, and the "delete" operation
+    assert purposes == ["fact_extract", "fact_extract", "fact_operation"]
+    assert any("not in the schema" in e for _, e in failures)
+
+
+def test_invalid_operation_target_is_ignored_and_counted(db, fake_embedder, llm_server):
+    cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+    script = {"extract": [json.dumps({"facts": [{"subject": "Leo", "type": "Preference", "stmt": s, "lines": [1]}]})
+                          for s in ("Leo loves running", "Leo loves running marathons", "Leo loves trail running")],
+              "op": ['{"op": "merge", "target": 9}', '{"op": "frobnicate", "target": 1}']}
+    llm_server.default = _facts_reply(script)
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        for i, text in enumerate(["run", "run more", "run trails", "done"]):
+            mem.add("Leo", text, at=datetime(2024, 1, 1) + timedelta(days=i))
+        stmts = sorted(f.stmt for f in mem.facts())
+        st = mem.stats()
+    assert stmts == ["Leo loves running", "Leo loves running marathons", "Leo loves trail running"]
+    assert st["llm_failures"] == 2  # both bad operations fell back to the offline rule (add)
+
+
+def test_ask_with_a_failing_llm_completes_with_fallbacks(db, fake_embedder, llm_server):
+    cfg = Config(sem_low=0.0, sem_high=1.0, llm_retries=1, llm_timeout_s=2)
+    with Memory(db, embedder=fake_embedder, config=cfg) as offline:
+        offline.add_many([{"speaker": "Ana", "text": "I keep bees on my roof."},
+                          {"speaker": "Ben", "text": "Do the bees make honey?"}])
+    llm_server.default = lambda req: {"status": 500}
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        import time
+
+        t0 = time.perf_counter()
+        a = mem.ask("What does Ana keep on her roof?", budget_tokens=300)
+        assert time.perf_counter() - t0 < 30
+        assert a.extractive and "bees" in a.text and a.llm_calls >= 2
+        assert mem.stats()["llm_failures"] == a.llm_calls
+        assert mem.stats()["messages"] == 2
+
+
+def test_litellm_embedder_over_http(db, llm_server):
+    from memsif_lite.embed import LiteLLMEmbedder
+
+    emb = LiteLLMEmbedder("openai/test-embedding", **llm_server.llm_kwargs())
+    assert emb.dim == 16 and emb.model_id == "litellm:openai/test-embedding"
+    with Memory(db, embedder=emb, config=Config(sem_low=0.0, sem_high=1.0)) as mem:
+        mem.add("Ana", "bees on the roof")
+        mem.add("Ben", "a violin exam")
+        assert mem.search("roof bees", k=1)[0].text == "bees on the roof"
