@@ -12,8 +12,8 @@ with Coh the mean pairwise normalised cosine (1 for a singleton; statements are 
 the model's passage levels, queries with its query levels: two different questions about the
 same person score low, two wordings of one question high). A cluster is promoted into an
 ActiveFact when both scores reach θ_s and θ_q; its statement is the cluster's most central
-statement, and it is updated (or withdrawn, if the scores fall after ``forget``) as the cluster
-changes. Clusters and ActiveFacts live in the file and persist across queries and reopenings.
+statement, and it is updated as the cluster changes (withdrawn only if ``forget`` removes the
+support that promoted it). Clusters and ActiveFacts live in the file and persist across queries and reopenings.
 """
 
 from __future__ import annotations
@@ -142,14 +142,16 @@ class ActiveFactStore:
         qry = query_score(len(qs), np.stack(qs) if qs else np.zeros((0, 1)), self.query_levels)
         return src, qry
 
-    def refresh(self, cid: int) -> int | None:
-        """Recompute a cluster's scores; promote, update or withdraw its ActiveFact."""
+    def refresh(self, cid: int, *, withdraw: bool = False) -> int | None:
+        """Recompute a cluster's scores; promote or update its ActiveFact. A promoted entry stays
+        when later evidence lowers the scores (it was demanded and supported); it is withdrawn
+        only with ``withdraw=True``, which ``forget`` uses when its support is deleted."""
         src, qry = self.scores(cid)
         now = now_stored()
         self.con.execute("UPDATE candidate_clusters SET score_src=?, score_qry=?, updated_at=? WHERE id=?",
                          (src, qry, now, cid))
         row = self.con.execute("SELECT id, stmt FROM active_facts WHERE cluster_id=?", (cid,)).fetchone()
-        if not is_promoted(src, qry, self.theta_s, self.theta_q):
+        if not is_promoted(src, qry, self.theta_s, self.theta_q) and (row is None or withdraw):
             if row:
                 self.con.execute("DELETE FROM active_fact_vec WHERE rowid=?", (row[0],))
                 self.con.execute("DELETE FROM active_facts WHERE id=?", (row[0],))

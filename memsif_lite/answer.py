@@ -42,7 +42,7 @@ FACT_MARGIN = 0.04
 MAX_FACTS = 6
 #: offline, only the best-ranked evidence items feed the ActiveFact track (the rest is context)
 OFFLINE_ACCUMULATE = 2
-MAX_EVIDENCE_TOKENS = 90
+MAX_EVIDENCE_TOKENS = 60
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
@@ -251,14 +251,14 @@ def build_context(mem: "Memory", question: str, budget_tokens: int, *, use_segme
 
 def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[EvidenceItem],
               budget: int) -> tuple[str, list[FactItem], list[EvidenceItem]]:
-    """Facts first (at most a quarter of the budget), then evidence in rank order while it fits; the
+    """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
     evidence is shown chronologically. The result never exceeds ``budget`` tokens."""
     head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
     used = 0
     shown_f: list[FactItem] = []
     for f in facts:
         c = count_tokens(_fact_line(f)) + 1 + (count_tokens(head_f) + 1 if not shown_f else 0)
-        if used + c > budget // 4:
+        if used + c > budget // 8:
             break
         shown_f.append(f)
         used += c

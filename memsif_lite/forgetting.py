@@ -52,7 +52,7 @@ def forget_message(con: apsw.Connection, mid: int, active_store) -> None:
             con.execute("DELETE FROM cluster_queries WHERE cluster_id=?", (cid,))
             con.execute("DELETE FROM candidate_clusters WHERE id=?", (cid,))
         else:
-            active_store.refresh(cid)
+            active_store.refresh(cid, withdraw=True)
     con.execute("DELETE FROM messages WHERE id=?", (mid,))
     if seg is not None:
         _recompute_segment(con, seg[0])
