@@ -28,19 +28,17 @@ infers anything else (the subject is the speaker):
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import apsw
 import numpy as np
 
 from . import prompts
 from .config import FactType
-from .llm import ReplyError
-from .timeutil import from_stored, now_stored
+from .timeutil import now_stored
 
 __all__ = ["Candidate", "extract_offline", "CoreFactWriter", "normalise_stmt"]
 
@@ -264,6 +262,3 @@ class CoreFactWriter:
         self.con.execute("INSERT INTO fact_history(fact_id, at, op, stmt, detail) VALUES(?,?,?,?,?)",
                          (fid, now_stored(), op, stmt, detail))
 
-
-def fact_time(s: str | None):
-    return from_stored(s) if s else None

@@ -55,9 +55,13 @@ def _dec(v: Any) -> Any:
         if set(v) != {"b64"} or not isinstance(v["b64"], str):
             raise InvalidInputError("bad binary value in export")
         return base64.b64decode(v["b64"], validate=True)
-    if isinstance(v, (list, float)) and isinstance(v, list):
+    if isinstance(v, list):
         raise InvalidInputError("unexpected list value in export")
     return v
+
+
+def _no_constants(name: str) -> Any:
+    raise InvalidInputError(f"non-finite number {name} in export")
 
 
 def export_rows(con: apsw.Connection) -> Iterator[dict]:
@@ -76,7 +80,7 @@ def read_export(fh: IO[str]) -> Iterator[dict]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(InvalidInputError(f"line {n}: {c}")))
+            obj = json.loads(line, parse_constant=_no_constants)
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"export line {n} is not JSON: {e}") from None
         if not isinstance(obj, dict):

@@ -251,7 +251,6 @@ class Memory:
             fresh = validate_vectors(fresh, len(firsts), self.embedder.dim)
             for vec, idx in zip(fresh, todo.values()):
                 out[idx] = vec
-        self.embedded_count = getattr(self, "embedded_count", 0) + len(todo)
         return out
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:

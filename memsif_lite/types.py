@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 __all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact", "CandidateCluster"]
@@ -64,7 +64,6 @@ class Trajectory:
     end: datetime
     entities: tuple[str, ...]
     label: str
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

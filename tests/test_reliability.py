@@ -3,7 +3,6 @@ concurrent writers, hostile files, bad input, portability (export/import, backup
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
