@@ -33,7 +33,8 @@ uncached) plus what the system stores: flat systems store messages, vectors and 
 memsif systems also build segments and trajectories (timed with precomputed vectors).
 ``query_ms_p50/p95`` time context building only (all budgets). ``file_bytes_per_turn`` is the
 checkpointed file size over turns (flat systems: the same schema with the structure tables
-empty; the benchmark switches the segment step off for them).
+empty; the benchmark switches the segment step off for them). ``peak_rss_mb`` is the process's
+peak, shared by all systems, unless ``--rss-per-system`` runs each system alone in a subprocess.
 """
 
 from __future__ import annotations
@@ -324,9 +325,24 @@ def main() -> None:
     ap.add_argument("--judge", default=None, help="litellm model of the answer judge (default: --llm)")
     ap.add_argument("--api-base", default=None, help="base URL for --llm/--judge (vLLM, Ollama, ...)")
     ap.add_argument("--seed", type=int, default=0, help="question order of the online query-state protocol")
+    ap.add_argument("--rss-per-system", action="store_true",
+                    help="also run each system alone in a subprocess to report its own peak RSS")
     args = ap.parse_args()
     t0 = time.perf_counter()
     res = run(args)
+    for name, sysres in res["systems"].items():
+        sysres["peak_rss_mb"] = res["peak_rss_mb"]  # the shared process's peak ...
+    if args.rss_per_system:  # ... or each system's own, measured alone
+        import subprocess
+
+        with tempfile.TemporaryDirectory() as d:
+            for name in res["systems"]:
+                out = Path(d) / f"{name}.json"
+                subprocess.run([sys.executable, __file__, "--data", args.data, "--out", str(out), "--systems", name,
+                                "--budgets", args.budgets] + (["--no-cache"] if args.no_cache else []),
+                               check=True, capture_output=True)
+                res["systems"][name]["peak_rss_mb"] = json.loads(out.read_text())["peak_rss_mb"]
+        res["peak_rss_per_system"] = True
     if args.llm:
         res["answer_accuracy"] = accuracy(args)
     res["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -21,7 +21,17 @@ from .errors import (  # noqa: E402
     SchemaVersionError,
 )
 from .memory import Memory  # noqa: E402
-from .types import Message, SearchResult, Segment, Trajectory  # noqa: E402
+from .answer import Answer, Context, EvidenceItem, FactItem  # noqa: E402
+from .types import (  # noqa: E402
+    ActiveFact,
+    CandidateCluster,
+    CoreFact,
+    FactEvent,
+    Message,
+    SearchResult,
+    Segment,
+    Trajectory,
+)
 
 __all__ = [
     "Memory",
@@ -31,6 +41,14 @@ __all__ = [
     "SearchResult",
     "Segment",
     "Trajectory",
+    "CoreFact",
+    "FactEvent",
+    "ActiveFact",
+    "CandidateCluster",
+    "Answer",
+    "Context",
+    "EvidenceItem",
+    "FactItem",
     "MemsifError",
     "MemoryFileError",
     "NotAMemoryFileError",

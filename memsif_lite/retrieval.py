@@ -31,6 +31,11 @@ def fts_query(text: str) -> str | None:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in keep)
 
 
+def units_by_best_member(msg_rank: list[int], unit_of: dict[int, int]) -> list[int]:
+    """Segments/trajectories in the order of their best-ranked member message."""
+    return list(dict.fromkeys(unit_of[m] for m in msg_rank if m in unit_of))
+
+
 def rrf(*rankings: list[int], k: int = RRF_K) -> dict[int, float]:
     scores: dict[int, float] = {}
     for ranking in rankings:
@@ -77,12 +82,7 @@ class Retriever:
         else:
             unit_of = self._trajectory_of(msg_rank)
             dense = self.dense("trajectory_vec", qvec, depth)
-        by_msgs: list[int] = []
-        for mid in msg_rank:
-            u = unit_of.get(mid)
-            if u is not None and u not in by_msgs:
-                by_msgs.append(u)
-        scores = rrf(dense, by_msgs)
+        scores = rrf(dense, units_by_best_member(msg_rank, unit_of))
         top = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [self._unit_hit(level, uid, score) for uid, score in top]
 
@@ -151,12 +151,7 @@ def rank_with_structure(retriever: Retriever, query: str, *, depth: int = 200, u
                        "SELECT u.message_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
                        "WHERE s.trajectory_id=?"))
     for _, table, weight, unit_of, members_sql in levels:
-        by_msgs: list[int] = []
-        for mid in msg_rank:
-            u = unit_of.get(mid)
-            if u is not None and u not in by_msgs:
-                by_msgs.append(u)
-        unit_scores = rrf(retriever.dense(table, qvec, max(top_units * 4, 32)), by_msgs)
+        unit_scores = rrf(retriever.dense(table, qvec, max(top_units * 4, 32)), units_by_best_member(msg_rank, unit_of))
         top = sorted(unit_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:top_units]
         for uid, us in top:
             for (mid,) in con.execute(members_sql, (uid,)):

@@ -49,3 +49,28 @@ def test_locomo_benchmark_shape_and_single_turn_recall(tmp_path):
          "--no-cache", "--budgets", "100", cwd=tmp_path)
     res = json.loads((tmp_path / "s.json").read_text())
     assert all(s["recall"]["100"]["all"] == 1.0 for s in res["systems"].values())
+
+
+@pytest.mark.slow
+def test_locomo_benchmark_llm_accuracy_path(tmp_path, llm_server):
+    """--llm runs ingestion with LLM judges, ask() and an LLM judge; here against the local server."""
+    import os
+
+    universal = json.dumps({"continues": True, "compatible": [], "facts": [], "op": "add", "target": None,
+                            "title": "t", "sufficient": False, "evidence": [], "answer": "the violin",
+                            "correct": True})
+    llm_server.default = lambda req: universal
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tiny.json").write_text((FIXTURES / "locomo_tiny.json").read_text())
+    out = tmp_path / "r.json"
+    env = dict(os.environ, OPENAI_API_KEY="sk-test")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "locomo.py"), "--data", str(data), "--out", str(out),
+                        "--no-cache", "--systems", "hybrid_rag", "--budgets", "200", "--llm", "openai/test-model",
+                        "--api-base", llm_server.url], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    acc = json.loads(out.read_text())["answer_accuracy"]
+    assert acc["accuracy"]["all"] == 1.0 and acc["model"] == "openai/test-model"
+    assert acc["llm_calls_per_question"] >= 2 and acc["tokens_per_question"] > 0
+    assert any(req["messages"][0]["content"].startswith("You grade an answer") for req in llm_server.requests)
