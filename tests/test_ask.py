@@ -125,3 +125,12 @@ def test_stored_injection_does_not_change_the_system_prompt(tmp_path, embedder, 
         assert json.dumps(evil.split(".")[0])[1:-1] in inside
         assert "IGNORE PREVIOUS" not in user.split("</data>")[-1]
     assert ans.text == "Ana likes hiking."
+
+
+def test_empty_memory_answers_cleanly(db, fake_embedder):
+    with Memory(db, embedder=fake_embedder) as mem:
+        assert mem.search("anything") == [] and mem.search("??", level="trajectory") == []
+        ctx = mem.context("what happened?", budget_tokens=100)
+        assert ctx.text == "" and ctx.evidence == () and ctx.tokens == 0
+        assert mem.ask("what happened?").text.startswith("I don't know")
+        assert mem.check() == []
