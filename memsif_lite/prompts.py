@@ -25,6 +25,31 @@ def data_block(name: str, lines: Sequence[str]) -> str:
     return f'<data name="{name}">\n{body}\n</data>'
 
 
+def _items(obj: dict[str, Any], key: str, most: int) -> list[dict[str, Any]]:
+    """A list of at most ``most`` objects under ``key``."""
+    items = obj.get(key)
+    if not isinstance(items, list) or len(items) > most:
+        raise ReplyError(f"'{key}' must be a list of at most {most} items")
+    if not all(isinstance(it, dict) for it in items):
+        raise ReplyError(f"each item of '{key}' must be an object")
+    return items
+
+
+def _text(value: Any, what: str, most: int) -> str:
+    """A non-empty string of at most ``most`` characters, whitespace collapsed."""
+    if not (isinstance(value, str) and 0 < len(value.strip()) <= most):
+        raise ReplyError(f"{what} must be a non-empty string of at most {most} characters")
+    return " ".join(value.split())
+
+
+def _line_numbers(value: Any, n: int, what: str) -> list[int]:
+    """1-based line numbers naming lines 1..n, returned 0-based, sorted, unique."""
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in value)):
+        raise ReplyError(f"{what} lines must name lines of the excerpt")
+    return sorted({x - 1 for x in value})
+
+
 def _bool(obj: dict[str, Any], key: str) -> bool:
     v = obj.get(key)
     if not isinstance(v, bool):
@@ -86,10 +111,7 @@ def title(lines: Sequence[str]) -> tuple[str, str, Any]:
     user = data_block("excerpt", lines[:12]) + '\nGive a title: {"title": "..."}'
 
     def validate(obj: dict[str, Any]) -> str:
-        t = obj.get("title")
-        if not isinstance(t, str) or not t.strip() or len(t) > 120:
-            raise ReplyError("'title' must be a short non-empty string")
-        return " ".join(t.split())
+        return _text(obj.get("title"), "'title'", 120)
 
     return TITLE_SYSTEM, user, validate
 
@@ -115,25 +137,13 @@ def extract_facts(lines: Sequence[str], context: Sequence[str], schema: Sequence
     n = len(lines)
 
     def validate(obj: dict[str, Any]) -> list[tuple[str, str, str, list[int]]]:
-        facts = obj.get("facts")
-        if not isinstance(facts, list) or len(facts) > 20:
-            raise ReplyError("'facts' must be a list (at most 20)")
         out = []
-        for f in facts:
-            if not isinstance(f, dict):
-                raise ReplyError("each fact must be an object")
-            subj, ftype, stmt, ln = f.get("subject"), f.get("type"), f.get("stmt"), f.get("lines")
-            if not (isinstance(subj, str) and 0 < len(subj.strip()) <= 100):
-                raise ReplyError("fact subject must be a short string")
+        for f in _items(obj, "facts", 20):
+            ftype = f.get("type")
             if not isinstance(ftype, str) or ftype.strip().lower() not in types:
                 raise ReplyError(f"fact type {ftype!r} is not in the schema")
-            if not (isinstance(stmt, str) and 0 < len(stmt.strip()) <= 300):
-                raise ReplyError("fact stmt must be a sentence of at most 300 characters")
-            if (not isinstance(ln, list) or not ln
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in ln)):
-                raise ReplyError("fact lines must name excerpt lines")
-            out.append((" ".join(subj.split()), types[ftype.strip().lower()], " ".join(stmt.split()),
-                        sorted({x - 1 for x in ln})))
+            out.append((_text(f.get("subject"), "fact subject", 100), types[ftype.strip().lower()],
+                        _text(f.get("stmt"), "fact stmt", 300), _line_numbers(f.get("lines"), n, "fact")))
         return out
 
     return EXTRACT_SYSTEM, user, validate
@@ -165,9 +175,8 @@ def fact_operation(subject: str, ftype: str, stmt: str, existing: Sequence[str])
             target = None
         elif not isinstance(target, int) or isinstance(target, bool) or not 1 <= target <= n:
             raise ReplyError("target must name an existing fact")
-        if new is not None and not (isinstance(new, str) and 0 < len(new.strip()) <= 300):
-            raise ReplyError("stmt must be a short sentence")
-        return op, (target - 1 if target is not None else None), (" ".join(new.split()) if new else None)
+        stmt = _text(new, "stmt", 300) if new is not None else None
+        return op, (target - 1 if target is not None else None), stmt
 
     return OPERATION_SYSTEM, user, validate
 
@@ -200,23 +209,8 @@ def evidence(question: str, lines: Sequence[str]) -> tuple[str, str, Any]:
     n = len(lines)
 
     def validate(obj: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
-        items = obj.get("evidence")
-        if not isinstance(items, list) or len(items) > 12:
-            raise ReplyError("'evidence' must be a list of at most 12 items")
-        out = []
-        for it in items:
-            if not isinstance(it, dict):
-                raise ReplyError("evidence items must be objects")
-            subj, stmt, ln = it.get("subject"), it.get("stmt"), it.get("lines")
-            if not (isinstance(subj, str) and 0 < len(subj.strip()) <= 100):
-                raise ReplyError("evidence subject must be a short string")
-            if not (isinstance(stmt, str) and 0 < len(stmt.strip()) <= 400):
-                raise ReplyError("evidence stmt must be a sentence")
-            if (not isinstance(ln, list) or not ln
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in ln)):
-                raise ReplyError("evidence lines must name conversation lines")
-            out.append((" ".join(subj.split()), " ".join(stmt.split()), sorted({x - 1 for x in ln})))
-        return out
+        return [(_text(it.get("subject"), "evidence subject", 100), _text(it.get("stmt"), "evidence stmt", 400),
+                 _line_numbers(it.get("lines"), n, "evidence")) for it in _items(obj, "evidence", 12)]
 
     return EVIDENCE_SYSTEM, user, validate
 
@@ -235,8 +229,7 @@ def answer(question: str, context: str, now: str) -> tuple[str, str, Any]:
 
     def validate(obj: dict[str, Any]) -> str:
         a = obj.get("answer")
-        if not isinstance(a, str) or not a.strip() or len(a) > 4000:
-            raise ReplyError("'answer' must be a non-empty string")
+        _text(a, "'answer'", 4000)
         return a.strip()
 
     return ANSWER_SYSTEM, user, validate
