@@ -112,6 +112,15 @@ class FakeLLMServer:
     def llm_kwargs(self) -> dict:
         return {"api_base": self.url, "api_key": "sk-test"}
 
+    def route(self, replies: dict[str, Any], default: str = "{}") -> None:
+        """Answer each request by its system prompt (the constants in ``memsif_lite.prompts``);
+        a reply may be a callable, asked anew for every request."""
+        def reply(req: dict) -> Any:
+            r = replies.get(req["messages"][0]["content"], default)
+            return r() if callable(r) else r
+
+        self.default = reply
+
     def script(self, *replies: Any) -> None:
         for r in replies:
             self.replies.put(r)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from memsif_lite import Config, Memory
+from memsif_lite import Config, Memory, prompts
 from memsif_lite.llm import ReplyError, parse_json_object
 
 
@@ -18,21 +18,11 @@ def _convo(n=12):
              "at": t + timedelta(minutes=i)} for i in range(n)]
 
 
-def _judge_reply(req):
-    system = req["messages"][0]["content"]
-    if "continues the current topic" in system:
-        return '{"continues": true}'
-    if "storylines" in system:
-        return '{"compatible": [1]}'
-    if "extract durable facts" in system:
-        return '{"facts": []}'
-    return '{"title": "A title"}'
-
-
 def test_ingestion_with_llm_judges_records_every_call(db, fake_embedder, llm_server):
     # a wide band so the boundary judge is consulted for most messages
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=5)
-    llm_server.default = _judge_reply
+    llm_server.route({prompts.BOUNDARY_SYSTEM: '{"continues": true}', prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
+                      prompts.EXTRACT_SYSTEM: '{"facts": []}'}, default='{"title": "A title"}')
     llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}', '```json\n{"continues": false}\n```')
     with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs()) as mem:
         ids = mem.add_many(_convo())
@@ -97,22 +87,15 @@ def test_trajectory_judge_validation_rejects_unknown_candidates():
 
 
 # -- CoreFacts through the LLM: extraction and the four operations --------------------------------
-def _facts_reply(script):
-    """Answer by purpose: boundary → continue, trajectory → none, extraction/operation from ``script``."""
-    def reply(req):
-        system = req["messages"][0]["content"]
-        if "continues the current topic" in system:
-            return '{"continues": false}'
-        if "storylines" in system:
-            return '{"compatible": []}'
-        if "short title" in system:
-            return '{"title": "Moving house"}'
-        if "extract durable facts" in system:
-            return script["extract"].pop(0) if script["extract"] else '{"facts": []}'
-        if "maintain a fact memory" in system:
-            return script["op"].pop(0) if script["op"] else '{"op": "add", "target": null}'
-        return "{}"
-    return reply
+def _route_facts(server, script):
+    """Boundary → split, trajectory → none, extraction and operation replies from ``script``."""
+    server.route({
+        prompts.BOUNDARY_SYSTEM: '{"continues": false}',
+        prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+        prompts.TITLE_SYSTEM: '{"title": "Moving house"}',
+        prompts.EXTRACT_SYSTEM: lambda: script["extract"].pop(0) if script["extract"] else '{"facts": []}',
+        prompts.OPERATION_SYSTEM: lambda: script["op"].pop(0) if script["op"] else '{"op": "add", "target": null}',
+    })
 
 
 def test_llm_core_facts_four_operations_and_invalid_replies(db, fake_embedder, llm_server):
@@ -131,7 +114,7 @@ def test_llm_core_facts_four_operations_and_invalid_replies(db, fake_embedder, l
                '{"op": "delete", "target": 1}',                              # not an operation
                ],
     }
-    llm_server.default = _facts_reply(script)
+    _route_facts(llm_server, script)
     t = datetime(2024, 1, 1, 9)
     with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
                 llm_kwargs=llm_server.llm_kwargs()) as mem:
@@ -160,7 +143,7 @@ def test_invalid_operation_target_is_ignored_and_counted(db, fake_embedder, llm_
     script = {"extract": [json.dumps({"facts": [{"subject": "Leo", "type": "Preference", "stmt": s, "lines": [1]}]})
                           for s in ("Leo loves running", "Leo loves running marathons", "Leo loves trail running")],
               "op": ['{"op": "merge", "target": 9}', '{"op": "frobnicate", "target": 1}']}
-    llm_server.default = _facts_reply(script)
+    _route_facts(llm_server, script)
     with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
                 llm_kwargs=llm_server.llm_kwargs()) as mem:
         for i, text in enumerate(["run", "run more", "run trails", "done"]):
