@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from .version import __version__  # noqa: E402
 from .config import Config, FactType  # noqa: E402
 from .errors import (  # noqa: E402
     ConfigError,
@@ -19,9 +18,15 @@ from .errors import (  # noqa: E402
     NotAMemoryFileError,
     NotFoundError,
     SchemaVersionError,
+    StorageBusyError,
+    StorageCorruptError,
+    StorageError,
+    StorageFullError,
 )
+from .active_facts import Evidence  # noqa: E402
+from .embed import Embedder, LiteLLMEmbedder, OnnxEmbedder, register_embedder  # noqa: E402
 from .memory import Memory  # noqa: E402
-from .answer import Answer, Context, EvidenceItem, FactItem  # noqa: E402
+from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
     CandidateCluster,
@@ -49,6 +54,11 @@ __all__ = [
     "Context",
     "EvidenceItem",
     "FactItem",
+    "Evidence",
+    "Embedder",
+    "OnnxEmbedder",
+    "LiteLLMEmbedder",
+    "register_embedder",
     "MemsifError",
     "MemoryFileError",
     "NotAMemoryFileError",
@@ -59,5 +69,9 @@ __all__ = [
     "NotFoundError",
     "EmbeddingError",
     "LLMError",
+    "StorageError",
+    "StorageBusyError",
+    "StorageFullError",
+    "StorageCorruptError",
     "__version__",
 ]

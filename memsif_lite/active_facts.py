@@ -18,13 +18,13 @@ support that promoted it). Clusters and ActiveFacts live in the file and persist
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
-import apsw
 import numpy as np
 
+from .db import Database
+from .entities import normalise
 from .matching import coherence
 from .timeutil import now_stored
 
@@ -65,19 +65,13 @@ def is_promoted(score_src: float, score_qry: float, theta_s: float, theta_q: flo
     return score_src >= theta_s and score_qry >= theta_q
 
 
-def normalise_subject(s: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", s.lower()).split())
-
-
-def _vec(blob: bytes) -> np.ndarray:
-    return np.frombuffer(blob, dtype=np.float32)
-
-
 class ActiveFactStore:
-    def __init__(self, con: apsw.Connection, *, levels: tuple[float, float], theta_s: float, theta_q: float,
-                 embed_passages, query_levels: tuple[float, float] | None = None):
-        self.con, self.levels, self.theta_s, self.theta_q = con, levels, theta_s, theta_q
-        self.query_levels = query_levels or levels
+    """Candidate clusters and their promotion (the caller holds the write transaction)."""
+
+    def __init__(self, db: Database, *, levels: tuple[float, float], query_levels: tuple[float, float],
+                 theta_s: float, theta_q: float, embed_passages: Callable[[Sequence[str]], np.ndarray]):
+        self.db, self.levels, self.query_levels = db, levels, query_levels
+        self.theta_s, self.theta_q = theta_s, theta_q
         self.embed_passages = embed_passages
 
     def accumulate(self, query: str, qvec: np.ndarray, evidence: Sequence[Evidence]) -> list[int]:
@@ -88,12 +82,11 @@ class ActiveFactStore:
         vecs = self.embed_passages([e.stmt for e in evidence])
         touched: list[int] = []
         now = now_stored()
-        for e, v in zip(evidence, vecs):
-            cid = self._cluster_for(normalise_subject(e.subject), v, now)
+        for e, v in zip(evidence, vecs, strict=True):
+            cid = self._cluster_for(normalise(e.subject), v, now)
             sid = self._statement(cid, e.stmt, v, now)
             for mid in e.message_ids:
-                self.con.execute("INSERT OR IGNORE INTO cluster_evidence(statement_id, message_id) VALUES(?,?)",
-                                 (sid, mid))
+                self.db.clusters.add_evidence(sid, mid)
             self._query(cid, query, qvec, now)
             if cid not in touched:
                 touched.append(cid)
@@ -102,43 +95,35 @@ class ActiveFactStore:
         return touched
 
     def _cluster_for(self, subject: str, v: np.ndarray, now: str) -> int:
+        clusters = self.db.clusters
         best, best_score = None, -1.0
-        for (cid,) in self.con.execute("SELECT id FROM candidate_clusters WHERE subject=?", (subject,)).fetchall():
-            xs = np.stack([_vec(b) for (b,) in self.con.execute(
-                "SELECT vector FROM cluster_statements WHERE cluster_id=?", (cid,))])
-            low, high = self.levels
-            score = float(np.clip((xs @ v - low) / (high - low), 0, 1).mean()) if len(xs) else 0.0
+        low, high = self.levels
+        for cid in clusters.for_subject(subject):
+            xs = [vec for _, _, vec in clusters.statements(cid)]
+            score = float(np.clip((np.stack(xs) @ v - low) / (high - low), 0, 1).mean()) if xs else 0.0
             if score > best_score:
                 best, best_score = cid, score
         if best is not None and best_score >= COMPATIBLE:
             return best
-        self.con.execute("INSERT INTO candidate_clusters(subject, created_at, updated_at) VALUES(?,?,?)",
-                         (subject, now, now))
-        return self.con.last_insert_rowid()
+        return clusters.create(subject, now)
 
     def _statement(self, cid: int, stmt: str, v: np.ndarray, now: str) -> int:
-        for sid, text, blob in self.con.execute(
-                "SELECT id, stmt, vector FROM cluster_statements WHERE cluster_id=?", (cid,)).fetchall():
-            if text == stmt or float(_vec(blob) @ v) >= STATEMENT_DUPLICATE:
+        for sid, text, vec in self.db.clusters.statements(cid):
+            if text == stmt or float(vec @ v) >= STATEMENT_DUPLICATE:
                 return sid
-        self.con.execute("INSERT INTO cluster_statements(cluster_id, stmt, vector, at) VALUES(?,?,?,?)",
-                         (cid, stmt, v.astype(np.float32).tobytes(), now))
-        return self.con.last_insert_rowid()
+        return self.db.clusters.add_statement(cid, stmt, v, now)
 
     def _query(self, cid: int, query: str, qvec: np.ndarray, now: str) -> None:
-        for text, blob in self.con.execute("SELECT query, vector FROM cluster_queries WHERE cluster_id=?", (cid,)):
-            if text == query or float(_vec(blob) @ qvec) >= QUERY_DUPLICATE:
+        for text, vec in self.db.clusters.queries(cid):
+            if text == query or float(vec @ qvec) >= QUERY_DUPLICATE:
                 return
-        self.con.execute("INSERT INTO cluster_queries(cluster_id, query, vector, at) VALUES(?,?,?,?)",
-                         (cid, query, qvec.astype(np.float32).tobytes(), now))
+        self.db.clusters.add_query(cid, query, qvec, now)
 
     def scores(self, cid: int) -> tuple[float, float]:
-        xs = [_vec(b) for (b,) in self.con.execute("SELECT vector FROM cluster_statements WHERE cluster_id=?", (cid,))]
-        qs = [_vec(b) for (b,) in self.con.execute("SELECT vector FROM cluster_queries WHERE cluster_id=?", (cid,))]
-        n_src = self.con.execute(
-            "SELECT count(DISTINCT e.message_id) FROM cluster_statements s "
-            "JOIN cluster_evidence e ON e.statement_id=s.id WHERE s.cluster_id=?", (cid,)).fetchone()[0]
-        src = source_score(n_src, np.stack(xs) if xs else np.zeros((0, 1)), self.levels)
+        clusters = self.db.clusters
+        xs = [vec for _, _, vec in clusters.statements(cid)]
+        qs = [vec for _, vec in clusters.queries(cid)]
+        src = source_score(clusters.n_sources(cid), np.stack(xs) if xs else np.zeros((0, 1)), self.levels)
         qry = query_score(len(qs), np.stack(qs) if qs else np.zeros((0, 1)), self.query_levels)
         return src, qry
 
@@ -146,34 +131,36 @@ class ActiveFactStore:
         """Recompute a cluster's scores; promote or update its ActiveFact. A promoted entry stays
         when later evidence lowers the scores (it was demanded and supported); it is withdrawn
         only with ``withdraw=True``, which ``forget`` uses when its support is deleted."""
+        clusters = self.db.clusters
         src, qry = self.scores(cid)
         now = now_stored()
-        self.con.execute("UPDATE candidate_clusters SET score_src=?, score_qry=?, updated_at=? WHERE id=?",
-                         (src, qry, now, cid))
-        row = self.con.execute("SELECT id, stmt FROM active_facts WHERE cluster_id=?", (cid,)).fetchone()
+        clusters.set_scores(cid, src, qry, now)
+        row = clusters.active_of(cid)
         if not is_promoted(src, qry, self.theta_s, self.theta_q) and (row is None or withdraw):
             if row:
-                self.con.execute("DELETE FROM active_fact_vec WHERE rowid=?", (row[0],))
-                self.con.execute("DELETE FROM active_facts WHERE id=?", (row[0],))
+                clusters.delete_active(row[0])
             return None
         stmt, vec = self._central_statement(cid)
-        subject = self.con.execute("SELECT subject FROM candidate_clusters WHERE id=?", (cid,)).fetchone()[0]
         if row is None:
-            self.con.execute("INSERT INTO active_facts(cluster_id, subject, stmt, created_at, updated_at) "
-                             "VALUES(?,?,?,?,?)", (cid, subject, stmt, now, now))
-            fid = self.con.last_insert_rowid()
-            self.con.execute("INSERT INTO active_fact_vec(rowid, embedding) VALUES(?, ?)", (fid, vec.tobytes()))
-            return fid
+            return clusters.promote(cid, clusters.subject(cid), stmt, vec, now)
         if row[1] != stmt:
-            self.con.execute("UPDATE active_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, row[0]))
-            self.con.execute("UPDATE active_fact_vec SET embedding=? WHERE rowid=?", (vec.tobytes(), row[0]))
+            clusters.restate(row[0], stmt, vec, now)
         return row[0]
 
+    def forget_message(self, mid: int) -> None:
+        """Remove a message from all evidence; clusters left empty disappear, the rest are
+        re-scored with ``withdraw=True``."""
+        clusters = self.db.clusters
+        for cid in sorted(clusters.drop_source(mid)):
+            if not clusters.statements(cid):
+                clusters.delete(cid)
+            else:
+                self.refresh(cid, withdraw=True)
+
     def _central_statement(self, cid: int) -> tuple[str, np.ndarray]:
-        rows = self.con.execute("SELECT stmt, vector FROM cluster_statements WHERE cluster_id=? ORDER BY id",
-                                (cid,)).fetchall()
-        vs = np.stack([_vec(b) for _, b in rows])
+        rows = self.db.clusters.statements(cid)
+        vs = np.stack([vec for _, _, vec in rows])
         centrality = (vs @ vs.T).sum(axis=1)
         i = int(np.argmax(centrality[::-1]))  # ties: the latest statement
         i = len(rows) - 1 - i
-        return rows[i][0], np.ascontiguousarray(vs[i], dtype=np.float32)
+        return rows[i][1], np.ascontiguousarray(vs[i], dtype=np.float32)

@@ -49,6 +49,10 @@ class Config:
     sem_low: float | None = None
     sem_high: float | None = None
     trajectory_threshold: float = 0.6
+    #: query pipeline: how much a message's Topical Segment / Event Trajectory rank adds to its
+    #: own (0 leaves that level out of retrieval; chosen on the LoCoMo development half)
+    segment_weight: float = 0.2
+    trajectory_weight: float = 0.05
     embedding_model: str | None = None
     synchronous: str = "FULL"
     busy_timeout_ms: int = 10_000
@@ -59,7 +63,7 @@ class Config:
 
     def __post_init__(self) -> None:
         for name in ("alpha_segment", "alpha_trajectory", "tau_merge", "tau_split", "theta_s",
-                     "theta_q", "trajectory_threshold"):
+                     "theta_q", "trajectory_threshold", "segment_weight", "trajectory_weight"):
             _unit(name, getattr(self, name))
         for name in ("theta_s", "theta_q"):
             if getattr(self, name) <= 0:

@@ -31,16 +31,19 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
-import apsw
 import numpy as np
 
 from . import prompts
 from .config import FactType
+from .db import Database, FactRow, MessageRow
+from .llm import LLM
+from .entities import normalise
 from .timeutil import now_stored
 
-__all__ = ["Candidate", "extract_offline", "CoreFactWriter", "normalise_stmt"]
+__all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
+           "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "extract_offline"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -61,7 +64,8 @@ _RULES: list[tuple[str, str | None, re.Pattern, Callable[[str, re.Match, str], s
      lambda s, m, d: f"{s} lives in {_place(m.group(1))}"),
     ("Identity", "is from", re.compile(r"\bI(?:'m| am) (?:originally )?from ([A-Z][^.!?]*)"),
      lambda s, m, d: f"{s} is from {_place(m.group(1))}"),
-    ("Identity", "works", re.compile(r"\bI(?:'m| am)? ?(?:now |currently )?work(?:ing)? (as an? |at |for )([^.!?]*)", re.I),
+    ("Identity", "works",
+     re.compile(r"\bI(?:'m| am)? ?(?:now |currently )?work(?:ing)? (as an? |at |for )([^.!?]*)", re.I),
      lambda s, m, d: f"{s} works {m.group(1).strip()} {_obj(m.group(2))}"),
     ("Identity", "name", re.compile(r"\b[Mm]y name is ([A-Z][a-z]+(?: [A-Z][a-z]+)?)"),
      lambda s, m, d: f"{s}'s name is {m.group(1)}"),
@@ -69,11 +73,13 @@ _RULES: list[tuple[str, str | None, re.Pattern, Callable[[str, re.Match, str], s
      lambda s, m, d: f"{s} is {m.group(1)} years old (as of {d})"),
     ("Relation", None, re.compile(rf"\b[Mm]y ({_RELATIONS})(?:,)? (?:(?:is )?(?:named|called) )?([A-Z][a-z]+)\b"),
      lambda s, m, d: f"{s} has a {m.group(1).lower()} named {m.group(2)}"),
-    ("Preference", None, re.compile(r"\bI (?:really |absolutely |just |truly )?(love|like|enjoy|adore|hate|dislike|prefer) ([^.!?]+)"),
+    ("Preference", None,
+     re.compile(r"\bI (?:really |absolutely |just |truly )?(love|like|enjoy|adore|hate|dislike|prefer) ([^.!?]+)"),
      lambda s, m, d: f"{s} {_verb3(m.group(1))} {_obj(m.group(2))}"),
     ("Preference", "favourite", re.compile(r"\bmy favou?rite ([a-z]+(?: [a-z]+)?) is ([^.!?]+)", re.I),
      lambda s, m, d: f"{s}'s favourite {m.group(1).lower()} is {_obj(m.group(2))}"),
-    ("Event", None, re.compile(r"\bI (?:just |recently |finally |have |'ve )?(adopted|started|finished|joined|signed|visited|"
+    ("Event", None,
+     re.compile(r"\bI (?:just |recently |finally |have |'ve )?(adopted|started|finished|joined|signed|visited|"
                                r"graduated from|bought|won|ran|completed|quit|launched|published) ([^.!?]+)"),
      lambda s, m, d: f"{s} {m.group(1)} {_obj(m.group(2))} (around {d})"),
 ]
@@ -95,10 +101,6 @@ def _verb3(v: str) -> str:
     return v + ("es" if v.endswith(("s", "sh", "ch")) else "s")
 
 
-def normalise_stmt(stmt: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", stmt.lower()).split())
-
-
 @dataclass(frozen=True)
 class Candidate:
     subject: str
@@ -110,12 +112,23 @@ class Candidate:
     origin: str = "rule"
 
 
-def extract_offline(messages: Sequence[tuple[int, str, str, str]], schema: Sequence[FactType]) -> list[Candidate]:
-    """Candidates from (id, speaker, text, at) rows; only types present in the schema."""
+@dataclass(frozen=True)
+class Operation:
+    """The decision for one candidate: ``add`` | ``update`` | ``merge`` | ``supersede``, the
+    existing fact it applies to, and the statement to store."""
+
+    name: str
+    target: int | None
+    stmt: str
+
+
+def extract_offline(messages: Sequence[MessageRow], schema: Sequence[FactType]) -> list[Candidate]:
+    """Candidates from a segment's messages; only types present in the schema."""
     allowed = {t.name.lower(): t.name for t in schema}
     out: list[Candidate] = []
     seen: set[tuple[str, str]] = set()
-    for mid, speaker, text, at in messages:
+    for msg in messages:
+        mid, speaker, text, at = msg.id, msg.speaker, msg.text, msg.at
         day = at[:10]
         for sentence in re.split(r"(?<=[.!?])\s+|\n", text):
             for ftype, slot, rx, fmt in _RULES:
@@ -128,7 +141,7 @@ def extract_offline(messages: Sequence[tuple[int, str, str, str]], schema: Seque
                     stmt = fmt(speaker, m, day).strip()
                     if len(stmt.split()) < 3 or stmt.endswith((" a", " an", " the", " my")):
                         continue
-                    key = (normalise_stmt(stmt), speaker.lower())
+                    key = (normalise(stmt), speaker.lower())
                     if key in seen:
                         continue
                     seen.add(key)
@@ -139,126 +152,125 @@ def extract_offline(messages: Sequence[tuple[int, str, str, str]], schema: Seque
     return out
 
 
+# -- extraction: protocol, offline rule, LLM rule falling back to it ----------------------------------
+class FactExtractor(Protocol):
+    def extract(self, messages: Sequence[MessageRow], context: Sequence[MessageRow]) -> list[Candidate]: ...
+
+
+class OfflineFactExtractor:
+    """The documented first-person patterns above."""
+
+    def __init__(self, schema: Sequence[FactType]):
+        self.schema = tuple(schema)
+
+    def extract(self, messages: Sequence[MessageRow], context: Sequence[MessageRow]) -> list[Candidate]:
+        return extract_offline(messages, self.schema)
+
+
+class LLMFactExtractor:
+    """The LLM reads the closed segment (and earlier messages of its trajectory); the offline
+    extractor is used when the call fails."""
+
+    def __init__(self, llm: LLM, schema: Sequence[FactType], fallback: FactExtractor):
+        self.llm, self.schema, self.fallback = llm, tuple(schema), fallback
+
+    def extract(self, messages: Sequence[MessageRow], context: Sequence[MessageRow]) -> list[Candidate]:
+        got = self.llm.complete(prompts.extract_facts(
+            [f"[{m.at[:10]}] {m.speaker}: {m.text[:600]}" for m in messages],
+            [f"[{m.at[:10]}] {m.speaker}: {m.text[:400]}" for m in context], self.schema))
+        if got is None:
+            return self.fallback.extract(messages, context)
+        return [Candidate(subj, ftype, stmt, tuple(messages[i].id for i in lines),
+                          max(messages[i].at for i in lines), None, "llm")
+                for subj, ftype, stmt, lines in got]
+
+
+# -- the operation: protocol, offline rule, LLM rule falling back to it --------------------------------
+class OperationChooser(Protocol):
+    def choose(self, c: Candidate, related: Sequence[FactRow]) -> Operation: ...
+
+
+class OfflineOperationChooser:
+    """Merge an exact duplicate; Supersede a single-valued slot's earlier value; else Add."""
+
+    def choose(self, c: Candidate, related: Sequence[FactRow]) -> Operation:
+        key = normalise(c.stmt)
+        for r in related:
+            if r.subject.lower() == c.subject.lower() and r.type == c.type and normalise(r.stmt) == key:
+                return Operation("merge", r.id, r.stmt)
+        if c.slot:
+            for r in related:
+                if r.subject.lower() == c.subject.lower() and r.slot == c.slot and r.valid_from <= c.at:
+                    return Operation("supersede", r.id, c.stmt)
+        return Operation("add", None, c.stmt)
+
+
+class LLMOperationChooser:
+    """The LLM chooses among the related facts; the offline rule when the call fails."""
+
+    def __init__(self, llm: LLM, fallback: OperationChooser):
+        self.llm, self.fallback = llm, fallback
+
+    def choose(self, c: Candidate, related: Sequence[FactRow]) -> Operation:
+        if not related:
+            return self.fallback.choose(c, related)
+        got = self.llm.complete(prompts.fact_operation(c.subject, c.type, c.stmt, [r.stmt for r in related]))
+        if got is None:
+            return self.fallback.choose(c, related)
+        name, target, stmt = got
+        return Operation(name, related[target].id if target is not None else None, stmt or c.stmt)
+
+
 class CoreFactWriter:
     """Extracts candidates from a closed segment and applies Add/Update/Merge/Supersede."""
 
-    def __init__(self, con: apsw.Connection, *, schema: Sequence[FactType], embed_passages, llm=None):
-        self.con = con
-        self.schema = tuple(schema)
-        self.embed_passages = embed_passages  # list[str] -> np.ndarray
-        self.llm = llm
+    def __init__(self, db: Database, *, extractor: FactExtractor, chooser: OperationChooser,
+                 embed_passages: Callable[[Sequence[str]], np.ndarray]):
+        self.db = db
+        self.extractor = extractor
+        self.chooser = chooser
+        self.embed_passages = embed_passages
 
-    # -- extraction ------------------------------------------------------------------------
-    def _segment_rows(self, segment_id: int) -> list[tuple[int, str, str, str]]:
-        return self.con.execute(
-            "SELECT m.id, m.speaker, m.text, m.at FROM message_units u JOIN messages m ON m.id=u.message_id "
-            "WHERE u.segment_id=? ORDER BY m.id", (segment_id,)).fetchall()
-
-    def _trajectory_context(self, segment_id: int, limit: int = 6) -> list[str]:
-        rows = self.con.execute(
-            "SELECT m.speaker, m.text, m.at FROM segments s JOIN segments o ON o.trajectory_id=s.trajectory_id "
-            "JOIN message_units u ON u.segment_id=o.id JOIN messages m ON m.id=u.message_id "
-            "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (segment_id, segment_id, limit)).fetchall()
-        return [f"[{a[:10]}] {s}: {t[:400]}" for s, t, a in reversed(rows)]
-
-    def candidates(self, segment_id: int) -> list[Candidate]:
-        rows = self._segment_rows(segment_id)
-        if self.llm is not None:
-            system, user, validate = prompts.extract_facts(
-                [f"[{a[:10]}] {s}: {t[:600]}" for _, s, t, a in rows], self._trajectory_context(segment_id), self.schema)
-            got = self.llm.complete_json("fact_extract", system, user, validate, max_tokens=600)
-            if got is not None:
-                return [Candidate(subj, ftype, stmt, tuple(rows[i][0] for i in lines),
-                                  max(rows[i][3] for i in lines), None, "llm")
-                        for subj, ftype, stmt, lines in got]
-        return extract_offline(rows, self.schema)
-
-    # -- writing ---------------------------------------------------------------------------
     def consolidate(self, segment_id: int) -> list[int]:
         """Extract and write the facts of a closed segment; returns the ids touched."""
-        touched = []
-        for c in self.candidates(segment_id):
-            touched.append(self.write(c))
-        return touched
+        structure = self.db.structure
+        candidates = self.extractor.extract(structure.segment_messages(segment_id),
+                                            structure.trajectory_context(segment_id, 6))
+        return [self.write(c) for c in candidates]
 
-    def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[tuple]:
+    def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts with the same subject and type, plus the most similar ones."""
-        rows = self.con.execute(
-            "SELECT id, subject, type, stmt, slot, valid_from FROM core_facts WHERE valid_to IS NULL "
-            "AND lower(subject)=lower(?) AND type=? ORDER BY id DESC LIMIT 20", (c.subject, c.type)).fetchall()
-        have = {r[0] for r in rows}
-        n = self.con.execute("SELECT count(*) FROM fact_vec").fetchone()[0]
-        if n:
-            for (fid,) in self.con.execute("SELECT rowid FROM fact_vec WHERE embedding MATCH ? AND k = ?",
-                                           (vec.astype(np.float32).tobytes(), min(k, n))):
-                if fid not in have:
-                    r = self.con.execute("SELECT id, subject, type, stmt, slot, valid_from FROM core_facts "
-                                         "WHERE id=? AND valid_to IS NULL", (fid,)).fetchone()
-                    if r:
-                        rows.append(r)
-                        have.add(fid)
+        facts = self.db.facts
+        rows = facts.current_like(c.subject, c.type)
+        have = {r.id for r in rows}
+        for fid, _ in facts.nearest(vec, k):
+            if fid not in have:
+                r = facts.current(fid)
+                if r is not None:
+                    rows.append(r)
+                    have.add(fid)
         return rows[:k + 5]
 
     def write(self, c: Candidate) -> int:
+        facts = self.db.facts
         vec = self.embed_passages([c.stmt])[0]
-        related = self.related(c, vec)
-        op = self.decide_offline(c, related)
-        if self.llm is not None and related:
-            system, user, validate = prompts.fact_operation(c.subject, c.type, c.stmt, [r[3] for r in related])
-            got = self.llm.complete_json("fact_operation", system, user, validate, max_tokens=200)
-            if got is not None:
-                name, target, stmt = got
-                op = (name, related[target][0] if target is not None else None, stmt or c.stmt)
-        name, target, stmt = op
+        op = self.chooser.choose(c, self.related(c, vec))
         now = now_stored()
-        if name in ("merge", "update") and target is not None:
-            if name == "update" and stmt != self._stmt(target):
-                self.con.execute("UPDATE core_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, target))
-                self.con.execute("UPDATE fact_vec SET embedding=? WHERE rowid=?",
-                                 (self.embed_passages([stmt])[0].tobytes(), target))
+        if op.name in ("merge", "update") and op.target is not None:
+            if op.name == "update" and op.stmt != facts.stmt(op.target):
+                facts.rewrite(op.target, op.stmt, self.embed_passages([op.stmt])[0], now)
             else:
-                self.con.execute("UPDATE core_facts SET updated_at=? WHERE id=?", (now, target))
-            self._sources(target, c.message_ids)
-            self._history(target, name, self._stmt(target), f"from messages {list(c.message_ids)}")
-            return target
-        fid = self._insert(c, stmt, vec if stmt == c.stmt else self.embed_passages([stmt])[0], now)
-        if name == "supersede" and target is not None:
-            self.con.execute("UPDATE core_facts SET valid_to=?, superseded_by=?, updated_at=? WHERE id=?",
-                             (c.at, fid, now, target))
-            self._history(target, "superseded", self._stmt(target), f"superseded by fact {fid}")
-            self._history(fid, "supersede", stmt, f"supersedes fact {target}")
+                facts.touch(op.target, now)
+            facts.add_sources(op.target, c.message_ids)
+            facts.log(op.target, op.name, facts.stmt(op.target), f"from messages {list(c.message_ids)}", now)
+            return op.target
+        fid = facts.insert(subject=c.subject, ftype=c.type, stmt=op.stmt, slot=c.slot, valid_from=c.at, now=now,
+                           origin=c.origin, vector=vec if op.stmt == c.stmt else self.embed_passages([op.stmt])[0],
+                           message_ids=c.message_ids)
+        if op.name == "supersede" and op.target is not None:
+            facts.supersede(op.target, by=fid, valid_to=c.at, now=now)
+            facts.log(op.target, "superseded", facts.stmt(op.target), f"superseded by fact {fid}", now)
+            facts.log(fid, "supersede", op.stmt, f"supersedes fact {op.target}", now)
         else:
-            self._history(fid, "add", stmt, None)
+            facts.log(fid, "add", op.stmt, None, now)
         return fid
-
-    def decide_offline(self, c: Candidate, related: Sequence[tuple]) -> tuple[str, int | None, str]:
-        key = normalise_stmt(c.stmt)
-        for fid, subj, ftype, stmt, slot, valid_from in related:
-            if subj.lower() == c.subject.lower() and ftype == c.type and normalise_stmt(stmt) == key:
-                return ("merge", fid, stmt)
-        if c.slot:
-            for fid, subj, ftype, stmt, slot, valid_from in related:
-                if subj.lower() == c.subject.lower() and slot == c.slot and valid_from <= c.at:
-                    return ("supersede", fid, c.stmt)
-        return ("add", None, c.stmt)
-
-    def _stmt(self, fid: int) -> str:
-        return self.con.execute("SELECT stmt FROM core_facts WHERE id=?", (fid,)).fetchone()[0]
-
-    def _insert(self, c: Candidate, stmt: str, vec: np.ndarray, now: str) -> int:
-        self.con.execute(
-            "INSERT INTO core_facts(subject, type, stmt, slot, valid_from, created_at, updated_at, origin) "
-            "VALUES(?,?,?,?,?,?,?,?)", (c.subject, c.type, stmt, c.slot, c.at, now, now, c.origin))
-        fid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, ?)", (fid, vec.astype(np.float32).tobytes()))
-        self._sources(fid, c.message_ids)
-        return fid
-
-    def _sources(self, fid: int, message_ids: Sequence[int]) -> None:
-        for mid in message_ids:
-            self.con.execute("INSERT OR IGNORE INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
-
-    def _history(self, fid: int, op: str, stmt: str, detail: str | None) -> None:
-        self.con.execute("INSERT INTO fact_history(fact_id, at, op, stmt, detail) VALUES(?,?,?,?,?)",
-                         (fid, now_stored(), op, stmt, detail))
-

@@ -5,6 +5,11 @@ A model directory holds ``embedder.json`` (model id, dimension, prefixes and the
 cosine levels used to normalise the semantic score), the ONNX file and ``tokenizer.json``.
 Without a manifest the directory must hold ``model*.onnx`` and ``tokenizer.json``; the id is
 then derived from the ONNX file's hash.
+
+A file records the id of the model that wrote it; :func:`resolve_embedder` turns such an id back
+into an embedder (the bundled models by id, ``litellm:MODEL`` through the registry, a model
+directory by path), the way simonw/llm resolves a collection's model, so any file can be opened
+without naming its model again. :class:`Embeddings` adds the caches the pipelines share.
 """
 
 from __future__ import annotations
@@ -13,14 +18,16 @@ import hashlib
 import json
 import logging
 import os
+from collections import OrderedDict
 from pathlib import Path
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from .errors import EmbeddingError
 
-__all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "default_model_dir", "load_embedder", "validate_vectors"]
+__all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "default_model_dir", "load_embedder",
+           "resolve_embedder", "register_embedder", "bundled_models", "validate_vectors"]
 
 log = logging.getLogger("memsif_lite")
 Kind = Literal["query", "passage"]
@@ -105,8 +112,8 @@ class OnnxEmbedder:
         self.batch_size = batch_size
         self._threads = threads or os.cpu_count() or 1
         self._onnx_path, self._tok_path = onnx_path, tok_path
-        self._session = None
-        self._tokenizer = None
+        self._session: Any = None
+        self._tokenizer: Any = None
         self.dim: int = int(m["dim"]) if "dim" in m else self._probe_dim()
 
     def _load(self) -> None:
@@ -146,7 +153,7 @@ class OnnxEmbedder:
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
-        hidden = self._session.run(None, feeds)[0]  # type: ignore[union-attr]
+        hidden = self._session.run(None, feeds)[0]
         m = mask[:, :, None].astype(np.float32)
         pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
         return pooled.astype(np.float32)
@@ -157,7 +164,7 @@ class OnnxEmbedder:
         self._load()
         prefix = self.prefixes[kind]
         try:
-            encs = self._tokenizer.encode_batch([prefix + t for t in texts])  # type: ignore[union-attr]
+            encs = self._tokenizer.encode_batch([prefix + t for t in texts])
             ids = [e.ids for e in encs]
             order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
             out = np.zeros((len(ids), self.dim), dtype=np.float32)
@@ -206,13 +213,102 @@ class LiteLLMEmbedder:
         return validate_vectors(self._call(texts), len(texts), self.dim)
 
 
-def load_embedder(spec: str | None) -> Embedder:
-    """``None``: the bundled model; a directory path: an ONNX model there; ``litellm:MODEL``: an API."""
+EmbedderFactory = Callable[[str, "tuple[float, float] | None"], Embedder]
+_FACTORIES: dict[str, EmbedderFactory] = {}
+
+
+def register_embedder(prefix: str, factory: EmbedderFactory) -> None:
+    """Make ``PREFIX:NAME`` model ids resolvable: ``factory(NAME, sem_levels)`` builds the
+    embedder (``sem_levels`` is what the file recorded, or None for a new file)."""
+    if not prefix or ":" in prefix:
+        raise ValueError("an embedder prefix is a non-empty name without ':'")
+    _FACTORIES[prefix] = factory
+
+
+register_embedder("litellm", lambda name, levels: LiteLLMEmbedder(name, sem_levels=levels or (0.0, 1.0)))
+
+
+def bundled_models() -> dict[str, Path]:
+    """Model id -> directory of every model shipped in the package."""
+    root = default_model_dir()
+    out: dict[str, Path] = {}
+    for d in [root, *sorted(p for p in root.iterdir() if p.is_dir())]:
+        manifest = d / "embedder.json"
+        if manifest.is_file():
+            try:
+                out[str(json.loads(manifest.read_text(encoding="utf-8"))["model_id"])] = d
+            except (OSError, ValueError, KeyError):
+                log.warning("ignoring an unreadable model manifest %s", manifest)
+    return out
+
+
+def resolve_embedder(spec: str | None, *, sem_levels: tuple[float, float] | None = None) -> Embedder:
+    """An embedder for a model id or spec: ``None`` (the bundled default), a bundled model's id,
+    ``PREFIX:NAME`` for a registered prefix (``litellm:openai/text-embedding-3-small``), or a
+    directory holding an ONNX model."""
     if spec is None:
         return OnnxEmbedder()
-    if spec.startswith("litellm:"):
-        return LiteLLMEmbedder(spec.removeprefix("litellm:"))
-    return OnnxEmbedder(spec)
+    bundled = bundled_models()
+    if spec in bundled:
+        return OnnxEmbedder(bundled[spec])
+    prefix, sep, name = spec.partition(":")
+    if sep and prefix in _FACTORIES:
+        return _FACTORIES[prefix](name, sem_levels)
+    if Path(spec).is_dir():
+        return OnnxEmbedder(spec)
+    raise EmbeddingError(f"unknown embedding model {spec!r}: not bundled ({', '.join(sorted(bundled))}), "
+                         f"no registered prefix ({', '.join(sorted(_FACTORIES))}) and not a model directory; "
+                         "pass embedder=... to open this file")
+
+
+def load_embedder(spec: str | None) -> Embedder:
+    """Kept for callers of the first release: :func:`resolve_embedder`."""
+    return resolve_embedder(spec)
+
+
+class Embeddings:
+    """The embedding service the pipelines share: passage vectors through the content-hash cache
+    (the file: a passage already stored is never embedded again), query vectors through a small
+    in-process LRU, every vector validated."""
+
+    def __init__(self, embedder: Embedder, stored_vector: Callable[[bytes], np.ndarray | None], *,
+                 query_cache: int = 512):
+        self.embedder = embedder
+        self.dim = embedder.dim
+        self._stored_vector = stored_vector
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache = query_cache
+
+    def passages(self, texts: Sequence[str]) -> np.ndarray:
+        return validate_vectors(self.embedder.embed(list(texts), kind="passage"), len(texts), self.dim)
+
+    def passages_cached(self, passages: Sequence[str], hashes: Sequence[bytes]) -> np.ndarray:
+        """Vectors for passages whose content hashes are given, embedding only unseen ones."""
+        out = np.zeros((len(passages), self.dim), dtype=np.float32)
+        todo: dict[bytes, list[int]] = {}
+        for i, h in enumerate(hashes):
+            vec = self._stored_vector(h)
+            if vec is not None:
+                out[i] = vec
+            else:
+                todo.setdefault(h, []).append(i)
+        if todo:
+            firsts = [idx[0] for idx in todo.values()]
+            fresh = self.passages([passages[i] for i in firsts])
+            for vec, idx in zip(fresh, todo.values(), strict=True):
+                out[idx] = vec
+        return out
+
+    def query(self, text: str) -> np.ndarray:
+        v = self._queries.get(text)
+        if v is None:
+            v = validate_vectors(self.embedder.embed([text], kind="query"), 1, self.dim)[0]
+            self._queries[text] = v
+            if len(self._queries) > self._query_cache:
+                self._queries.popitem(last=False)
+        else:
+            self._queries.move_to_end(text)
+        return v
 
 
 def _file_digest(path: Path) -> str:

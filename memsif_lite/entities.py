@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_entities", "jaccard", "MAX_ENTITIES"]
+__all__ = ["extract_entities", "jaccard", "normalise", "STOP_WORDS", "MAX_ENTITIES"]
 
 MAX_ENTITIES = 24
 
 _WORD = re.compile(r"[A-Za-z\u00C0-\u024F][A-Za-z\u00C0-\u024F'’\-]*|\d+(?:[.,:/]\d+)*[a-z]{0,2}")
 _SENT_END = re.compile(r"[.!?;:\n]")
 
-_STOP = frozenset("""
+STOP_WORDS = _STOP = frozenset("""
 a about above after again against all almost also although always am among an and another any anybody
 anyone anything anyway anywhere are aren't around as at away back be became because become been before
 being below besides best better between both but by came can can't cannot could couldn't did didn't do
@@ -124,3 +124,9 @@ def jaccard(a: set[str] | frozenset[str], b: set[str] | frozenset[str]) -> float
     if not a and not b:
         return 0.0
     return len(a & b) / len(a | b)
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation to spaces, whitespace collapsed: how statements and subjects are
+    compared ("Maya's dog" == "maya s dog")."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())

@@ -9,7 +9,14 @@ MemsifError
 ├── ConfigError              invalid configuration values (also a ValueError)
 ├── NotFoundError            an id that does not exist (also a KeyError)
 ├── EmbeddingError           the embedder failed or returned bad vectors
-└── LLMError                 the configured LLM failed (only raised where no fallback exists)
+├── LLMError                 the configured LLM failed (only raised where no fallback exists)
+└── StorageError             SQLite failed underneath an open memory (the transaction was rolled back)
+    ├── StorageBusyError     another process held the write lock past ``busy_timeout_ms``
+    ├── StorageFullError     the disk (or ``max_page_count``) is full
+    └── StorageCorruptError  the file is damaged (run ``memsif check``; restore a backup)
+
+SQLite's own exception types (``apsw.*``) never reach a caller: they are mapped at one choke
+point, :func:`memsif_lite.store.map_errors`, in the style of httpx's ``map_exceptions``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ __all__ = [
     "NotFoundError",
     "EmbeddingError",
     "LLMError",
+    "StorageError",
+    "StorageBusyError",
+    "StorageFullError",
+    "StorageCorruptError",
 ]
 
 
@@ -69,3 +80,19 @@ class EmbeddingError(MemsifError):
 
 class LLMError(MemsifError):
     """The configured LLM failed where no offline fallback exists."""
+
+
+class StorageError(MemsifError):
+    """SQLite failed underneath an open memory; the write in progress was rolled back."""
+
+
+class StorageBusyError(StorageError):
+    """Another connection held the write lock for longer than ``Config.busy_timeout_ms``."""
+
+
+class StorageFullError(StorageError):
+    """The disk, or the file's ``max_page_count``, is full; nothing of the failed write was kept."""
+
+
+class StorageCorruptError(StorageError):
+    """The file is damaged. ``memsif check`` says where; restore from a backup."""

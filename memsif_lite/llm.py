@@ -15,9 +15,9 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
-__all__ = ["LLM", "import_litellm", "parse_json_object", "ReplyError"]
+__all__ = ["LLM", "Prompt", "CallRecord", "import_litellm", "parse_json_object", "ReplyError"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -67,7 +67,20 @@ def parse_json_object(content: str | None) -> dict[str, Any]:
     return obj
 
 
-@dataclass
+@dataclass(frozen=True)
+class Prompt(Generic[T]):
+    """One LLM step: what it is for, the instructions, the user message (memory only inside
+    quoted ``<data>`` blocks), the validator that turns the JSON reply into a typed value or
+    raises :class:`ReplyError`, and the reply's token limit."""
+
+    purpose: str
+    system: str
+    user: str
+    validate: Callable[[dict[str, Any]], T]
+    max_tokens: int = 400
+
+
+@dataclass(frozen=True)
 class CallRecord:
     purpose: str
     model: str
@@ -79,7 +92,9 @@ class CallRecord:
 
 
 class LLM:
-    """A configured chat model. ``record`` receives one CallRecord per attempt sequence."""
+    """A configured chat model. ``record`` receives one CallRecord per call (after its retries);
+    ``calls`` counts them. ``kwargs`` go to every litellm call and win over this module's
+    defaults (``timeout``, ``temperature``, ``max_tokens``, ``response_format``...)."""
 
     def __init__(self, model: str, *, timeout: float = 30.0, retries: int = 2,
                  kwargs: Mapping[str, Any] | None = None,
@@ -89,28 +104,28 @@ class LLM:
         self.retries = retries
         self.kwargs = dict(kwargs or {})
         self.record = record or (lambda r: None)
-        self._litellm = None
+        self.calls = 0
+        self._litellm: Any = None
 
     def _client(self):
         if self._litellm is None:
             self._litellm = import_litellm()
         return self._litellm
 
-    def complete_json(self, purpose: str, system: str, user: str,
-                      validate: Callable[[dict[str, Any]], T], *, max_tokens: int = 400) -> T | None:
-        """Ask for one JSON object and return ``validate(obj)``, or None after recording why not."""
+    def complete(self, prompt: Prompt[T]) -> T | None:
+        """Ask for one JSON object and return ``prompt.validate(obj)``, or None after recording why not."""
+        purpose, validate = prompt.purpose, prompt.validate
         litellm = self._client()
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
+        params: dict[str, Any] = {"response_format": {"type": "json_object"}, "temperature": 0,
+                                  "max_tokens": prompt.max_tokens, "timeout": self.timeout, "num_retries": 0}
+        params.update(self.kwargs)
         t0 = time.perf_counter()
         p_tok = c_tok = 0
         error: str | None = None
         for attempt in range(self.retries + 1):
             try:
-                resp = litellm.completion(
-                    model=self.model, messages=messages, response_format={"type": "json_object"},
-                    temperature=0, max_tokens=max_tokens, timeout=self.timeout, num_retries=0,
-                    **self.kwargs,
-                )
+                resp = litellm.completion(model=self.model, messages=messages, **params)
                 usage = getattr(resp, "usage", None)
                 p_tok += int(getattr(usage, "prompt_tokens", 0) or 0)
                 c_tok += int(getattr(usage, "completion_tokens", 0) or 0)
@@ -132,6 +147,7 @@ class LLM:
         return None
 
     def _record(self, purpose: str, t0: float, p: int, c: int, ok: bool, error: str | None) -> None:
+        self.calls += 1
         self.record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error))
 
 

@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
-import apsw
 import numpy as np
 
 from . import prompts
-from .matching import phi, unit
+from .db import Database
+from .llm import LLM
+from .matching import phi
 from .timeutil import from_stored
+from .types import Segment
 
-__all__ = ["Unit", "load_unit", "BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder",
-           "MAX_GAP"]
+__all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "Placement",
+           "segment_lines", "list_segments", "label", "MAX_GAP"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -33,48 +34,14 @@ log = logging.getLogger("memsif_lite")
 MAX_GAP = timedelta(hours=6)
 
 
-@dataclass
-class Unit:
-    """A composite unit's running state: float64 vector sum, entity counts, time span."""
-
-    id: int
-    n: int
-    vec_sum: np.ndarray
-    entities: Counter
-    start_at: str
-    end_at: str
-
-    @property
-    def centroid(self) -> np.ndarray:
-        """Mean of the member unit vectors (for φ)."""
-        return self.vec_sum / max(self.n, 1)
-
-    @property
-    def mean(self) -> np.ndarray:
-        """The L2-normalised mean (what the vec0 tables hold, for vector search)."""
-        return unit(self.vec_sum / max(self.n, 1))
-
-    def add(self, vec: np.ndarray, ents: Sequence[str], at_start: str, at_end: str, n: int = 1) -> None:
-        self.vec_sum = self.vec_sum + vec.astype(np.float64)
-        self.entities.update(ents)
-        self.n += n
-        self.start_at = min(self.start_at, at_start)
-        self.end_at = max(self.end_at, at_end)
-
-
-def load_unit(con: apsw.Connection, table: str, uid: int) -> Unit:
-    count_col = "n_messages"
-    row = con.execute(f"SELECT id, {count_col}, vec_sum, entities, start_at, end_at FROM {table} WHERE id=?",
-                      (uid,)).fetchone()
-    return Unit(row[0], row[1], np.frombuffer(row[2], dtype=np.float64).copy(), Counter(json.loads(row[3])),
-                row[4], row[5])
-
-
-def entity_json(c: Counter) -> str:
-    return json.dumps(dict(sorted(c.items())), ensure_ascii=False)
+def segment_lines(db: Database, segment_id: int, limit: int = 6) -> list[str]:
+    """A segment's last ``limit`` messages as ``Speaker: text`` lines (text cut at 500 characters)."""
+    return [f"{s}: {t[:500]}" for s, t in db.structure.last_lines(segment_id, limit)]
 
 
 class BoundaryJudge(Protocol):
+    """Decides the ambiguous band τ_split < φ < τ_merge: does the message continue the segment?"""
+
     def continues(self, segment_lines: Sequence[str], message_line: str, score: float, gap: timedelta) -> bool: ...
 
 
@@ -91,41 +58,38 @@ class OfflineBoundaryJudge:
 class LLMBoundaryJudge:
     """Asks the LLM; falls back to the offline judge when the call fails."""
 
-    def __init__(self, llm, fallback: OfflineBoundaryJudge):
+    def __init__(self, llm: LLM, fallback: BoundaryJudge):
         self.llm, self.fallback = llm, fallback
 
     def continues(self, segment_lines: Sequence[str], message_line: str, score: float, gap: timedelta) -> bool:
-        system, user, validate = prompts.boundary(segment_lines, message_line)
-        verdict = self.llm.complete_json("boundary", system, user, validate, max_tokens=20)
+        verdict = self.llm.complete(prompts.boundary(segment_lines, message_line))
         if verdict is None:
             return self.fallback.continues(segment_lines, message_line, score, gap)
         return verdict
 
 
-class SegmentBuilder:
-    """Places each new message into the open segment or a new one; closes segments."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a message went, and the segment its arrival closed (if any)."""
 
-    def __init__(self, con: apsw.Connection, *, alpha: float, tau_merge: float, tau_split: float,
-                 levels: tuple[float, float], judge: BoundaryJudge,
-                 on_close: Callable[[int], None]):
-        self.con = con
+    segment_id: int
+    decision: str
+    closed_segment_id: int | None
+
+
+class SegmentBuilder:
+    """Places each new message into the open segment or a new one (closing the open one)."""
+
+    def __init__(self, db: Database, *, alpha: float, tau_merge: float, tau_split: float,
+                 levels: tuple[float, float], judge: BoundaryJudge):
+        self.db = db
         self.alpha, self.tau_merge, self.tau_split, self.levels = alpha, tau_merge, tau_split, levels
         self.judge = judge
-        self.on_close = on_close
 
-    def open_segment(self) -> Unit | None:
-        row = self.con.execute("SELECT id FROM segments WHERE closed=0 ORDER BY id DESC LIMIT 1").fetchone()
-        return load_unit(self.con, "segments", row[0]) if row else None
-
-    def lines(self, segment_id: int, limit: int = 6) -> list[str]:
-        rows = self.con.execute(
-            "SELECT m.speaker, m.text FROM message_units u JOIN messages m ON m.id=u.message_id "
-            "WHERE u.segment_id=? ORDER BY u.message_id DESC LIMIT ?", (segment_id, limit)).fetchall()
-        return [f"{s}: {t[:500]}" for s, t in reversed(rows)]
-
-    def place(self, message_id: int, vec: np.ndarray, ents: list[str], at: str, line: str) -> int:
-        """Assign one message (already stored) to a segment; return the segment id."""
-        seg = self.open_segment()
+    def place(self, message_id: int, vec: np.ndarray, ents: list[str], at: str, line: str) -> Placement:
+        """Assign one message (already stored) to a segment."""
+        structure = self.db.structure
+        seg = structure.open_segment()
         score: float | None = None
         if seg is None:
             decision = "first"
@@ -137,37 +101,42 @@ class SegmentBuilder:
                 decision = "split"
             else:
                 gap = abs(from_stored(at) - from_stored(seg.end_at))
-                ok = self.judge.continues(self.lines(seg.id), line, score, gap)
+                ok = self.judge.continues(segment_lines(self.db, seg.id), line, score, gap)
                 decision = "judge_merge" if ok else "judge_split"
+        closed = None
         if decision in ("merge", "judge_merge"):
             assert seg is not None
             seg.add(vec, ents, at, at)
-            self._save(seg)
+            structure.save("segment", seg)
             seg_id = seg.id
         else:
             if seg is not None:
-                self.close(seg.id)
-            seg_id = self._create(vec, ents, at)
-        self.con.execute(
-            "INSERT INTO message_units(message_id, segment_id, entities, phi, decision) VALUES(?,?,?,?,?)",
-            (message_id, seg_id, json.dumps(ents, ensure_ascii=False), score, decision))
-        return seg_id
+                structure.close_segment(seg.id)
+                closed = seg.id
+            seg_id = structure.create_segment(vec, ents, at)
+        structure.place_message(message_id, seg_id, ents, score, decision)
+        return Placement(seg_id, decision, closed)
 
-    def close(self, segment_id: int) -> None:
-        self.con.execute("UPDATE segments SET closed=1 WHERE id=?", (segment_id,))
-        self.on_close(segment_id)
 
-    def _create(self, vec: np.ndarray, ents: list[str], at: str) -> int:
-        c = Counter(ents)
-        self.con.execute(
-            "INSERT INTO segments(n_messages, vec_sum, entities, start_at, end_at, closed) VALUES(1,?,?,?,?,0)",
-            (vec.astype(np.float64).tobytes(), entity_json(c), at, at))
-        sid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO segment_vec(rowid, embedding) VALUES(?, ?)", (sid, unit(vec).tobytes()))
-        return sid
+def label(entity_counts: Mapping[str, int], n: int = 4) -> str:
+    """A unit's label when it has no title: top entities by count, whole names before their parts."""
+    ranked = sorted(entity_counts.items(), key=lambda kv: (-kv[1], -len(kv[0].split()), kv[0]))
+    picked: list[str] = []
+    for e, _ in ranked:
+        if any(e in p.split() for p in picked):
+            continue
+        picked.append(e)
+        if len(picked) == n:
+            break
+    return ", ".join(picked)
 
-    def _save(self, seg: Unit) -> None:
-        self.con.execute(
-            "UPDATE segments SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=? WHERE id=?",
-            (seg.n, seg.vec_sum.tobytes(), entity_json(seg.entities), seg.start_at, seg.end_at, seg.id))
-        self.con.execute("UPDATE segment_vec SET embedding=? WHERE rowid=?", (seg.mean.tobytes(), seg.id))
+
+def list_segments(db: Database) -> list[Segment]:
+    """Every Topical Segment in order, with its messages, span, entities and label."""
+    members = db.structure.memberships()
+    out = []
+    for sid, tid, ents, start, end, closed, title in db.structure.segment_rows():
+        counts = json.loads(ents)
+        out.append(Segment(sid, tid, tuple(members.get(sid, ())), from_stored(start), from_stored(end),
+                           tuple(sorted(counts)), title or label(counts), bool(closed)))
+    return out

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import apsw
 import sqlite_vec
@@ -31,9 +31,14 @@ from .errors import (
     MemoryFileError,
     NotAMemoryFileError,
     SchemaVersionError,
+    StorageBusyError,
+    StorageCorruptError,
+    StorageError,
+    StorageFullError,
 )
 
-__all__ = ["APPLICATION_ID", "FileInfo", "inspect", "_connect", "write", "migrations", "expected_schema"]
+__all__ = ["APPLICATION_ID", "FileInfo", "inspect", "connect", "write", "map_errors", "migrations", "expected_schema",
+           "read_meta", "set_meta", "check_embedding"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -49,6 +54,11 @@ class FileInfo:
 
     user_version: int
     meta: dict[str, str]
+
+
+def _sql(con: apsw.Connection, sql: str, args: Any = ()) -> Any:
+    """``con.execute`` with rows typed loosely (they are checked value by value where read)."""
+    return con.execute(sql, args)
 
 
 def _sql_dir():
@@ -93,7 +103,7 @@ def _harden(con: apsw.Connection) -> None:
     con.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
     con.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, 0)
     con.limit(apsw.SQLITE_LIMIT_ATTACHED, 0)
-    con.execute("PRAGMA cell_size_check=ON; PRAGMA mmap_size=0; PRAGMA trusted_schema=OFF")
+    _sql(con, "PRAGMA cell_size_check=ON; PRAGMA mmap_size=0; PRAGMA trusted_schema=OFF")
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,9 +111,9 @@ def expected_schema(version: int, dim: int) -> frozenset[tuple[str, str, str, st
     """The exact sqlite_schema rows our migrations 1..version create for dimension ``dim``."""
     con = apsw.Connection(":memory:")
     _load_vec(con)
-    for v, sql in migrations()[:version]:
-        con.execute(_render(sql, dim))
-    rows = con.execute("SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
+    for _, sql in migrations()[:version]:
+        _sql(con, _render(sql, dim))
+    rows = _sql(con, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
     con.close()
     return frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows)
 
@@ -144,10 +154,10 @@ def inspect(path: str | Path) -> FileInfo | None:
     try:
         _harden(con)
         try:
-            ok = con.execute("PRAGMA quick_check").fetchall()
-            app_id = con.execute("PRAGMA application_id").fetchone()[0]
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            rows = con.execute("SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
+            ok = _sql(con, "PRAGMA quick_check").fetchall()
+            app_id = _sql(con, "PRAGMA application_id").fetchone()[0]
+            version = _sql(con, "PRAGMA user_version").fetchone()[0]
+            rows = _sql(con, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
         except (apsw.NotADBError, apsw.CorruptError) as e:
             raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
         except apsw.Error as e:
@@ -168,7 +178,7 @@ def inspect(path: str | Path) -> FileInfo | None:
         if version < 1:
             raise MemoryFileError(f"{p} carries the memsif application id but no schema")
         try:
-            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            meta = dict(_sql(con, "SELECT key, value FROM meta").fetchall())
             dim = int(meta["embedding_dim"])
         except (apsw.Error, KeyError, ValueError, TypeError) as e:
             raise MemoryFileError(f"{p} has no valid meta table: {e}") from e
@@ -194,15 +204,50 @@ def _uri_path(p: Path) -> str:
     return quote(str(p.resolve()))
 
 
-def _connect(
+#: apsw exception types and the documented error each becomes (first match wins)
+_ERROR_MAP: tuple[tuple[type[BaseException], type[StorageError]], ...] = (
+    (apsw.BusyError, StorageBusyError),
+    (apsw.LockedError, StorageBusyError),
+    (apsw.FullError, StorageFullError),
+    (apsw.CorruptError, StorageCorruptError),
+    (apsw.NotADBError, StorageCorruptError),
+)
+
+
+@contextlib.contextmanager
+def map_errors() -> Iterator[None]:
+    """The one choke point where SQLite's exceptions become memsif_lite's: an ``apsw.Error``
+    raised inside becomes a :class:`StorageError` subclass (busy, full, corrupt, or the base
+    class), with the original chained as ``__cause__``. Our own errors pass through."""
+    try:
+        yield
+    except apsw.Error as e:
+        for src, dst in _ERROR_MAP:
+            if isinstance(e, src):
+                raise dst(_describe(dst, e)) from e
+        raise StorageError(f"SQLite error: {e}") from e
+
+
+def _describe(kind: type[StorageError], e: BaseException) -> str:
+    if kind is StorageBusyError:
+        return f"the memory file is locked by another process (waited past busy_timeout_ms): {e}"
+    if kind is StorageFullError:
+        return f"the disk is full; nothing of this write was kept: {e}"
+    return f"the memory file is damaged ({e}); run `memsif check` and restore a backup"
+
+
+def connect(
     path: str | Path,
     *,
     dim: int,
     synchronous: str = "FULL",
     busy_timeout_ms: int = 10_000,
     readonly: bool = False,
+    initial_meta: dict[str, str] | None = None,
 ) -> apsw.Connection:
-    """Open ``path`` (already inspected) with every setting memsif relies on."""
+    """Open ``path`` (already inspected) with every setting memsif relies on. A new file gets
+    its schema and ``initial_meta`` in the same first transaction, so no other process can
+    ever see a schema without its meta."""
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     try:
         con = apsw.Connection(str(path), flags=flags)
@@ -213,30 +258,34 @@ def _connect(
         _load_vec(con)
         con.setbusytimeout(busy_timeout_ms)
         if not readonly:
-            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = _sql(con, "PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 log.warning("could not switch %s to WAL (journal_mode=%s)", path, mode)
-        con.execute(f"PRAGMA synchronous={synchronous}")
-        con.execute("PRAGMA foreign_keys=ON")
+        _sql(con, f"PRAGMA synchronous={synchronous}")
+        _sql(con, "PRAGMA foreign_keys=ON")
         if not readonly:
-            _migrate(con, dim)
+            _migrate(con, dim, initial_meta or {})
+    except apsw.Error as e:
+        con.close()
+        raise MemoryFileError(f"cannot open {path}: {e}") from e
     except BaseException:
         con.close()
         raise
     return con
 
 
-def _migrate(con: apsw.Connection, dim: int) -> None:
-    current = con.execute("PRAGMA user_version").fetchone()[0]
+def _migrate(con: apsw.Connection, dim: int, initial_meta: dict[str, str]) -> None:
+    current = _sql(con, "PRAGMA user_version").fetchone()[0]
     for version, sql in migrations()[current:]:
         with write(con):
             # re-read inside the write lock: another process may have migrated meanwhile
-            if con.execute("PRAGMA user_version").fetchone()[0] >= version:
+            if _sql(con, "PRAGMA user_version").fetchone()[0] >= version:
                 continue
-            con.execute(_render(sql, dim))
+            _sql(con, _render(sql, dim))
             if version == 1:
-                con.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            con.execute(f"PRAGMA user_version={version}")
+                _sql(con, f"PRAGMA application_id={APPLICATION_ID}")
+                set_meta(con, **initial_meta)
+            _sql(con, f"PRAGMA user_version={version}")
         log.info("migrated memory file to schema version %d", version)
 
 
@@ -244,37 +293,39 @@ def _migrate(con: apsw.Connection, dim: int) -> None:
 def write(con: apsw.Connection, *, retries: int = 5) -> Iterator[apsw.Connection]:
     """One write transaction: ``BEGIN IMMEDIATE`` (so the lock is taken up front), commit on
     success, roll back on any exception, and surface the original error even when SQLite
-    already rolled back by itself (I/O error, disk full)."""
-    for attempt in range(retries + 1):
+    already rolled back by itself (I/O error, disk full). SQLite errors leave as
+    :class:`StorageError` subclasses (:func:`map_errors`)."""
+    with map_errors():
+        for attempt in range(retries + 1):
+            try:
+                _sql(con, "BEGIN IMMEDIATE")
+                break
+            except apsw.BusyError:
+                if attempt == retries:
+                    raise
+                time.sleep(0.05 * (2**attempt))
         try:
-            con.execute("BEGIN IMMEDIATE")
-            break
-        except apsw.BusyError:
-            if attempt == retries:
-                raise
-            time.sleep(0.05 * (2**attempt))
-    try:
-        yield con
-    except BaseException:
-        if not con.get_autocommit():
-            con.execute("ROLLBACK")
-        raise
-    else:
-        try:
-            con.execute("COMMIT")
+            yield con
         except BaseException:
             if not con.get_autocommit():
-                con.execute("ROLLBACK")
+                _sql(con, "ROLLBACK")
             raise
+        else:
+            try:
+                _sql(con, "COMMIT")
+            except BaseException:
+                if not con.get_autocommit():
+                    _sql(con, "ROLLBACK")
+                raise
 
 
 def read_meta(con: apsw.Connection) -> dict[str, str]:
-    return dict(con.execute("SELECT key, value FROM meta").fetchall())
+    return dict(_sql(con, "SELECT key, value FROM meta").fetchall())
 
 
 def set_meta(con: apsw.Connection, **values: object) -> None:
     for k, v in values.items():
-        con.execute(
+        _sql(con,
             "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (k, v if isinstance(v, str) else json.dumps(v)),
         )

@@ -30,7 +30,8 @@ def to_stored(at: object) -> str:
             try:
                 dt = parse_locomo_date(at)
             except InvalidInputError:
-                raise InvalidInputError(f"unparsable timestamp {at!r}: use ISO-8601, e.g. 2024-05-08T13:56:00") from None
+                raise InvalidInputError(
+                    f"unparsable timestamp {at!r}: use ISO-8601, e.g. 2024-05-08T13:56:00") from None
     elif isinstance(at, datetime):
         dt = at
     else:
@@ -67,7 +68,8 @@ def parse_locomo_date(s: str) -> datetime:
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _REL = re.compile(
     r"\b(yesterday|today|tonight|tomorrow|(?:last|next|this) (?:week|weekend|month|year|"
-    + "|".join(_WEEKDAYS) + r")|(\d+|a|an|one|two|three|four|five|six|a few|a couple of) (day|week|month|year)s? ago)\b",
+    + "|".join(_WEEKDAYS)
+    + r")|(\d+|a|an|one|two|three|four|five|six|a few|a couple of) (day|week|month|year)s? ago)\b",
     re.IGNORECASE)
 _NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "a couple of": 2}
 

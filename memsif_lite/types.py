@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact", "CandidateCluster"]
+__all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
+           "CandidateCluster"]
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,11 @@ from typing import IO, Any, Iterator
 import apsw
 import numpy as np
 
-from . import store
-from .errors import InvalidInputError, MemoryFileError
+from .. import store
+from ..errors import InvalidInputError, MemoryFileError
+from .base import VEC_TABLES
 
-__all__ = ["TABLES", "VEC_TABLES", "export_rows", "import_rows", "check_connection", "FORMAT"]
+__all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
 
 FORMAT = "memsif-export"
 #: plain tables in dependency order, with their columns
@@ -40,9 +41,6 @@ TABLES: dict[str, tuple[str, ...]] = {
     "cluster_queries": ("id", "cluster_id", "query", "vector", "at"),
     "active_facts": ("id", "cluster_id", "subject", "stmt", "created_at", "updated_at"),
 }
-#: vec0 tables and the plain table whose ids they mirror
-VEC_TABLES = {"message_vec": "messages", "segment_vec": "segments", "trajectory_vec": "trajectories",
-              "fact_vec": "core_facts", "active_fact_vec": "active_facts"}
 _META_KEEP = ("fact_schema", "created_at", "created_by")
 
 
@@ -64,12 +62,12 @@ def _no_constants(name: str) -> Any:
     raise InvalidInputError(f"non-finite number {name} in export")
 
 
-def export_rows(con: apsw.Connection) -> Iterator[dict]:
+def export_rows(con: Any) -> Iterator[dict]:
     meta = store.read_meta(con)
     yield {"format": FORMAT, "version": 1, "schema_version": store.latest_version(), "meta": meta}
     for table, cols in TABLES.items():
         for row in con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY rowid"):
-            yield {"table": table, "row": dict(zip(cols, (_enc(v) for v in row)))}
+            yield {"table": table, "row": dict(zip(cols, (_enc(v) for v in row), strict=True))}
     for table in VEC_TABLES:
         for rowid, emb in con.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid"):
             yield {"table": table, "row": {"rowid": rowid, "embedding": _enc(emb)}}
@@ -88,7 +86,7 @@ def read_export(fh: IO[str]) -> Iterator[dict]:
         yield obj
 
 
-def import_rows(con: apsw.Connection, rows: Iterator[dict], *, model_id: str, dim: int) -> dict[str, int]:
+def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> dict[str, int]:
     """Insert an export into a fresh, migrated file (caller holds the write transaction)."""
     header = next(rows, None)
     if not header or header.get("format") != FORMAT:
@@ -137,7 +135,7 @@ def import_rows(con: apsw.Connection, rows: Iterator[dict], *, model_id: str, di
     return counts
 
 
-def check_connection(con: apsw.Connection) -> list[str]:
+def check_connection(con: Any) -> list[str]:
     """Integrity, full-text index and vec0 consistency problems, in plain words (empty = healthy)."""
     problems: list[str] = []
     res = con.execute("PRAGMA integrity_check").fetchall()
@@ -179,7 +177,7 @@ def check_connection(con: apsw.Connection) -> list[str]:
     return problems
 
 
-def backup(con: apsw.Connection, dest: str | Path) -> None:
+def backup(con: Any, dest: str | Path) -> None:
     d = Path(dest)
     if d.exists():
         raise InvalidInputError(f"{d} already exists; choose a new file for the backup")

@@ -1,0 +1,62 @@
+"""The data-access layer: every SQL statement outside ``sql/`` (DDL) and ``store.py`` (opening,
+migrations, transactions) lives in this package, grouped by table, returning dataclasses.
+
+:class:`Database` is what the pipelines receive: one connection, one attribute per table group
+
+* ``messages``  — messages, message_vec, message_fts
+* ``structure`` — segments, trajectories, message_units and their vectors
+* ``facts``     — CoreFacts with sources, history and vectors
+* ``clusters``  — candidate clusters C_k and ActiveFacts
+* ``admin``     — meta, llm_calls, counts, export/import, check, backup
+
+Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
+:meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import apsw
+
+from .. import store
+from .admin import Admin
+from .clusters import Clusters
+from .facts import CoreFacts
+from .messages import Messages, to_message
+from .rows import FactRow, MessageRow, Unit, entity_json, f32
+from .structure import UNIT_TABLES, Structure
+
+__all__ = ["Database", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message"]
+
+
+class Database:
+    def __init__(self, con: apsw.Connection):
+        self.con = con
+        self.messages = Messages(con)
+        self.structure = Structure(con)
+        self.facts = CoreFacts(con)
+        self.clusters = Clusters(con)
+        self.admin = Admin(con)
+
+    def write(self) -> contextlib.AbstractContextManager[apsw.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`)."""
+        return store.write(self.con)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        """One consistent read snapshot (a deferred transaction), unless a transaction is open."""
+        with store.map_errors():
+            if not self.con.get_autocommit():
+                yield
+                return
+            with self.con:
+                yield
+
+    @property
+    def in_transaction(self) -> bool:
+        return not self.con.get_autocommit()
+
+    def close(self) -> None:
+        self.con.close()

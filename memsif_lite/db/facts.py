@@ -1,0 +1,115 @@
+"""core_facts, fact_sources, fact_history, fact_vec (CoreFacts)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..timeutil import from_stored
+from ..types import CoreFact, FactEvent
+from .base import Table
+from .rows import FactRow, f32
+
+__all__ = ["CoreFacts"]
+
+_ROW = "id, subject, type, stmt, slot, valid_from"
+
+
+class CoreFacts(Table):
+    # -- for the Add/Update/Merge/Supersede decision ------------------------------------------------
+    def current_like(self, subject: str, ftype: str, limit: int = 20) -> list[FactRow]:
+        """Current facts with this subject (any case) and type, newest first."""
+        return [FactRow(*r) for r in self.con.execute(
+            f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? "
+            "ORDER BY id DESC LIMIT ?", (subject, ftype, limit))]
+
+    def current(self, fid: int) -> FactRow | None:
+        r = self.con.execute(f"SELECT {_ROW} FROM core_facts WHERE id=? AND valid_to IS NULL", (fid,)).fetchone()
+        return None if r is None else FactRow(*r)
+
+    def nearest(self, vec: np.ndarray, k: int) -> list[tuple[int, float]]:
+        return self.knn("fact_vec", vec, min(k, self.count("fact_vec")))
+
+    def stmt(self, fid: int) -> str:
+        return str(self.con.execute("SELECT stmt FROM core_facts WHERE id=?", (fid,)).fetchone()[0])
+
+    # -- writes ------------------------------------------------------------------------------------
+    def insert(self, *, subject: str, ftype: str, stmt: str, slot: str | None, valid_from: str, now: str,
+               origin: str, vector: np.ndarray, message_ids: Sequence[int]) -> int:
+        self.con.execute(
+            "INSERT INTO core_facts(subject, type, stmt, slot, valid_from, created_at, updated_at, origin) "
+            "VALUES(?,?,?,?,?,?,?,?)", (subject, ftype, stmt, slot, valid_from, now, now, origin))
+        fid = self.con.last_insert_rowid()
+        self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, ?)", (fid, f32(vector)))
+        self.add_sources(fid, message_ids)
+        return fid
+
+    def rewrite(self, fid: int, stmt: str, vector: np.ndarray, now: str) -> None:
+        self.con.execute("UPDATE core_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, fid))
+        self.con.execute("UPDATE fact_vec SET embedding=? WHERE rowid=?", (f32(vector), fid))
+
+    def touch(self, fid: int, now: str) -> None:
+        self.con.execute("UPDATE core_facts SET updated_at=? WHERE id=?", (now, fid))
+
+    def supersede(self, fid: int, *, by: int, valid_to: str, now: str) -> None:
+        self.con.execute("UPDATE core_facts SET valid_to=?, superseded_by=?, updated_at=? WHERE id=?",
+                         (valid_to, by, now, fid))
+
+    def add_sources(self, fid: int, message_ids: Sequence[int]) -> None:
+        for mid in message_ids:
+            self.con.execute("INSERT OR IGNORE INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
+
+    def log(self, fid: int, op: str, stmt: str, detail: str | None, at: str) -> None:
+        self.con.execute("INSERT INTO fact_history(fact_id, at, op, stmt, detail) VALUES(?,?,?,?,?)",
+                         (fid, at, op, stmt, detail))
+
+    def delete(self, fid: int) -> None:
+        """Delete one CoreFact with its history; a fact it superseded becomes current again."""
+        self.con.execute("UPDATE core_facts SET valid_to=NULL, superseded_by=NULL WHERE superseded_by=?", (fid,))
+        self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
+        self.con.execute("DELETE FROM fact_history WHERE fact_id=?", (fid,))
+        self.con.execute("DELETE FROM fact_vec WHERE rowid=?", (fid,))
+        self.con.execute("DELETE FROM core_facts WHERE id=?", (fid,))
+
+    def drop_source(self, mid: int) -> list[int]:
+        """Remove a message from every fact's provenance; returns the facts left with no source."""
+        facts = [f for (f,) in self.con.execute("SELECT fact_id FROM fact_sources WHERE message_id=?", (mid,))]
+        self.con.execute("DELETE FROM fact_sources WHERE message_id=?", (mid,))
+        return [f for f in facts
+                if self.con.execute("SELECT count(*) FROM fact_sources WHERE fact_id=?", (f,)).fetchone()[0] == 0]
+
+    # -- reads for the API -------------------------------------------------------------------------
+    def exists(self, fid: int) -> bool:
+        return self.con.execute("SELECT 1 FROM core_facts WHERE id=?", (fid,)).fetchone() is not None
+
+    def sources(self, fid: int) -> tuple[int, ...]:
+        return tuple(m for (m,) in self.con.execute(
+            "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,)))
+
+    def select(self, *, subject: str | None, ftype: str | None, include_superseded: bool) -> list[CoreFact]:
+        sql = "SELECT id, subject, type, stmt, valid_from, valid_to, superseded_by, origin FROM core_facts WHERE 1=1"
+        args: list[Any] = []
+        if subject is not None:
+            sql += " AND lower(subject)=lower(?)"
+            args.append(subject)
+        if ftype is not None:
+            sql += " AND lower(type)=lower(?)"
+            args.append(ftype)
+        if not include_superseded:
+            sql += " AND valid_to IS NULL"
+        rows = self.con.execute(sql + " ORDER BY valid_from, id", args).fetchall()
+        return [CoreFact(r[0], r[1], r[2], r[3], from_stored(r[4]), from_stored(r[5]) if r[5] else None, r[6],
+                         self.sources(r[0]), r[7]) for r in rows]
+
+    def get(self, fid: int) -> CoreFact | None:
+        r = self.con.execute("SELECT id, subject, type, stmt, valid_from, valid_to, superseded_by, origin "
+                             "FROM core_facts WHERE id=?", (fid,)).fetchone()
+        if r is None:
+            return None
+        return CoreFact(r[0], r[1], r[2], r[3], from_stored(r[4]), from_stored(r[5]) if r[5] else None, r[6],
+                        self.sources(r[0]), r[7])
+
+    def history(self, fid: int) -> list[FactEvent]:
+        return [FactEvent(from_stored(r[0]), r[1], r[2], r[3]) for r in self.con.execute(
+            "SELECT at, op, stmt, detail FROM fact_history WHERE fact_id=? ORDER BY id", (fid,))]

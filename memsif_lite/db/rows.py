@@ -1,0 +1,77 @@
+"""Internal row values of the data-access layer (public values are in ``memsif_lite.types``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..matching import unit
+
+__all__ = ["Unit", "FactRow", "MessageRow", "entity_json", "f32"]
+
+
+def entity_json(c: Counter) -> str:
+    return json.dumps(dict(sorted(c.items())), ensure_ascii=False)
+
+
+def f32(v: np.ndarray) -> bytes:
+    """A vector as the float32 bytes vec0 and our BLOB columns store."""
+    return np.ascontiguousarray(v, dtype=np.float32).tobytes()
+
+
+@dataclass
+class Unit:
+    """A composite unit's running state (a Topical Segment or an Event Trajectory): float64
+    vector sum, entity counts, time span."""
+
+    id: int
+    n: int
+    vec_sum: np.ndarray
+    entities: Counter
+    start_at: str
+    end_at: str
+
+    @property
+    def centroid(self) -> np.ndarray:
+        """Mean of the member unit vectors (for φ)."""
+        return self.vec_sum / max(self.n, 1)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The L2-normalised mean (what the vec0 tables hold, for vector search)."""
+        return unit(self.vec_sum / max(self.n, 1))
+
+    def add(self, vec: np.ndarray, ents: Sequence[str], at_start: str, at_end: str, n: int = 1) -> None:
+        self.vec_sum = self.vec_sum + vec.astype(np.float64)
+        self.entities.update(ents)
+        self.n += n
+        self.start_at = min(self.start_at, at_start)
+        self.end_at = max(self.end_at, at_end)
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A stored message with its stored (UTC text) time, as the pipelines use it."""
+
+    id: int
+    speaker: str
+    text: str
+    at: str
+    session: str | None
+    source_id: str | None
+
+
+@dataclass(frozen=True)
+class FactRow:
+    """A current CoreFact as the Add/Update/Merge/Supersede decision sees it."""
+
+    id: int
+    subject: str
+    type: str
+    stmt: str
+    slot: str | None
+    valid_from: str

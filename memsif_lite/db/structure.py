@@ -1,0 +1,182 @@
+"""segments, trajectories, message_units and their vec0 tables (Structured Interaction Memory)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Iterable
+
+import numpy as np
+
+from .base import Table
+from .rows import MessageRow, Unit, entity_json, f32
+
+__all__ = ["Structure", "UNIT_TABLES"]
+
+#: the two composite levels: table, vec0 table
+UNIT_TABLES = {"segment": ("segments", "segment_vec"), "trajectory": ("trajectories", "trajectory_vec")}
+_MEMBERS = {
+    "segment": "u.segment_id=?",
+    "trajectory": "u.segment_id IN (SELECT id FROM segments WHERE trajectory_id=?)",
+}
+
+
+class Structure(Table):
+    # -- units ---------------------------------------------------------------------------------
+    def load(self, level: str, uid: int) -> Unit:
+        table = UNIT_TABLES[level][0]
+        row = self.con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} WHERE id=?",
+                               (uid,)).fetchone()
+        return Unit(row[0], row[1], np.frombuffer(row[2], dtype=np.float64).copy(), Counter(json.loads(row[3])),
+                    row[4], row[5])
+
+    def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
+        """Write a unit's running state and its search vector."""
+        table, vt = UNIT_TABLES[level]
+        extra = ", n_segments=?" if n_segments is not None else ""
+        args: list = [u.n, u.vec_sum.tobytes(), entity_json(u.entities), u.start_at, u.end_at]
+        if n_segments is not None:
+            args.append(n_segments)
+        self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=?{extra} "
+                         "WHERE id=?", (*args, u.id))
+        self.con.execute(f"UPDATE {vt} SET embedding=? WHERE rowid=?", (f32(u.mean), u.id))
+
+    def delete_unit(self, level: str, uid: int) -> None:
+        table, vt = UNIT_TABLES[level]
+        self.con.execute(f"DELETE FROM {vt} WHERE rowid=?", (uid,))
+        self.con.execute(f"DELETE FROM {table} WHERE id=?", (uid,))
+
+    def dense(self, level: str, qvec: np.ndarray, depth: int) -> list[int]:
+        return [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth)]
+
+    # -- segments ------------------------------------------------------------------------------
+    def open_segment(self) -> Unit | None:
+        row = self.con.execute("SELECT id FROM segments WHERE closed=0 ORDER BY id DESC LIMIT 1").fetchone()
+        return self.load("segment", row[0]) if row else None
+
+    def create_segment(self, vec: np.ndarray, ents: Iterable[str], at: str) -> int:
+        u = Unit(0, 1, vec.astype(np.float64), Counter(ents), at, at)
+        self.con.execute(
+            "INSERT INTO segments(n_messages, vec_sum, entities, start_at, end_at, closed) VALUES(1,?,?,?,?,0)",
+            (u.vec_sum.tobytes(), entity_json(u.entities), at, at))
+        sid = self.con.last_insert_rowid()
+        self.con.execute("INSERT INTO segment_vec(rowid, embedding) VALUES(?, ?)", (sid, f32(u.mean)))
+        return sid
+
+    def close_segment(self, sid: int) -> None:
+        self.con.execute("UPDATE segments SET closed=1 WHERE id=?", (sid,))
+
+    def set_segment_title(self, sid: int, title: str) -> None:
+        self.con.execute("UPDATE segments SET title=? WHERE id=?", (title, sid))
+
+    def place_message(self, mid: int, sid: int, ents: list[str], phi: float | None, decision: str) -> None:
+        self.con.execute(
+            "INSERT INTO message_units(message_id, segment_id, entities, phi, decision) VALUES(?,?,?,?,?)",
+            (mid, sid, json.dumps(ents, ensure_ascii=False), phi, decision))
+
+    def segment_of_message(self, mid: int) -> int | None:
+        row = self.con.execute("SELECT segment_id FROM message_units WHERE message_id=?", (mid,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def unplace_message(self, mid: int) -> None:
+        self.con.execute("DELETE FROM message_units WHERE message_id=?", (mid,))
+
+    def last_lines(self, sid: int, limit: int) -> list[tuple[str, str]]:
+        """(speaker, text) of a segment's last ``limit`` messages, oldest first."""
+        rows = self.con.execute(
+            "SELECT m.speaker, m.text FROM message_units u JOIN messages m ON m.id=u.message_id "
+            "WHERE u.segment_id=? ORDER BY u.message_id DESC LIMIT ?", (sid, limit)).fetchall()
+        return [(s, t) for s, t in reversed(rows)]
+
+    def trajectory_of_segment(self, sid: int) -> int | None:
+        row = self.con.execute("SELECT trajectory_id FROM segments WHERE id=?", (sid,)).fetchone()
+        return None if row is None else row[0]
+
+    # -- trajectories --------------------------------------------------------------------------
+    def create_trajectory(self, seg: Unit) -> int:
+        self.con.execute(
+            "INSERT INTO trajectories(n_segments, n_messages, vec_sum, entities, start_at, end_at) VALUES(1,?,?,?,?,?)",
+            (seg.n, seg.vec_sum.tobytes(), entity_json(Counter(seg.entities)), seg.start_at, seg.end_at))
+        tid = self.con.last_insert_rowid()
+        self.con.execute("INSERT INTO trajectory_vec(rowid, embedding) VALUES(?, ?)", (tid, f32(seg.mean)))
+        return tid
+
+    def segment_count(self, tid: int) -> int:
+        return int(self.con.execute("SELECT count(*) FROM segments WHERE trajectory_id=?", (tid,)).fetchone()[0])
+
+    def link(self, sid: int, tid: int) -> None:
+        """Put a closed segment into a trajectory; the trajectory takes the segment's title if it has none."""
+        self.con.execute("UPDATE segments SET trajectory_id=? WHERE id=?", (tid, sid))
+        self.con.execute("UPDATE trajectories SET title=coalesce(title, (SELECT title FROM segments WHERE id=?)) "
+                         "WHERE id=?", (sid, tid))
+
+    def latest_segments(self, tid: int, limit: int) -> list[int]:
+        """A trajectory's last ``limit`` segments, oldest first."""
+        rows = self.con.execute("SELECT id FROM segments WHERE trajectory_id=? ORDER BY id DESC LIMIT ?",
+                                (tid, limit)).fetchall()
+        return [r[0] for r in reversed(rows)]
+
+    # -- membership ----------------------------------------------------------------------------
+    def segment_messages(self, sid: int) -> list[MessageRow]:
+        return self.unit_messages("segment", sid)
+
+    def unit_messages(self, level: str, uid: int) -> list[MessageRow]:
+        return [MessageRow(*r) for r in self.con.execute(
+            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id FROM message_units u "
+            f"JOIN messages m ON m.id=u.message_id WHERE {_MEMBERS[level]} ORDER BY m.id", (uid,))]
+
+    def member_ids(self, level: str, uid: int) -> list[int]:
+        return [r[0] for r in self.con.execute(
+            f"SELECT u.message_id FROM message_units u WHERE {_MEMBERS[level]}", (uid,))]
+
+    def member_vectors(self, level: str, uid: int) -> list[tuple[int, np.ndarray, list[str], str]]:
+        """(message id, vector, entities, at) of a unit's members: what its aggregate is made of."""
+        rows = self.con.execute(
+            "SELECT u.message_id, v.embedding, u.entities, m.at FROM message_units u "
+            "JOIN messages m ON m.id=u.message_id JOIN message_vec v ON v.rowid=u.message_id "
+            f"WHERE {_MEMBERS[level]} ORDER BY u.message_id", (uid,)).fetchall()
+        return [(r[0], np.frombuffer(r[1], dtype=np.float32), json.loads(r[2]), r[3]) for r in rows]
+
+    def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
+        """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first."""
+        rows = self.con.execute(
+            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id FROM segments s "
+            "JOIN segments o ON o.trajectory_id=s.trajectory_id "
+            "JOIN message_units u ON u.segment_id=o.id JOIN messages m ON m.id=u.message_id "
+            "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (sid, sid, limit)).fetchall()
+        return [MessageRow(*r) for r in reversed(rows)]
+
+    def unit_of(self, level: str, mids: list[int]) -> dict[int, int]:
+        """message id -> its segment (or trajectory) id, for the given messages."""
+        out: dict[int, int] = {}
+        for start in range(0, len(mids), 500):
+            chunk = mids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            if level == "segment":
+                sql = f"SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})"
+            else:
+                sql = ("SELECT u.message_id, s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
+                       f"WHERE u.message_id IN ({marks})")
+            out.update({m: u for m, u in self.con.execute(sql, chunk) if u is not None})
+        return out
+
+    # -- listings --------------------------------------------------------------------------------
+    def memberships(self) -> dict[int, list[int]]:
+        """segment id -> its message ids in order."""
+        members: dict[int, list[int]] = {}
+        for mid, sid in self.con.execute("SELECT message_id, segment_id FROM message_units ORDER BY message_id"):
+            members.setdefault(sid, []).append(mid)
+        return members
+
+    def segment_rows(self) -> list[tuple[int, int | None, str, str, str, int, str | None]]:
+        """(id, trajectory_id, entities JSON, start_at, end_at, closed, title) of every segment."""
+        return self.con.execute(
+            "SELECT id, trajectory_id, entities, start_at, end_at, closed, title FROM segments ORDER BY id").fetchall()
+
+    def trajectory_rows(self) -> list[tuple[int, str, str, str, str | None]]:
+        """(id, entities JSON, start_at, end_at, title) of every trajectory."""
+        return self.con.execute("SELECT id, entities, start_at, end_at, title FROM trajectories ORDER BY id").fetchall()
+
+    def decisions(self) -> dict[str, int]:
+        """How many messages each boundary decision placed (first, merge, split, judge_merge, judge_split)."""
+        return dict(self.con.execute("SELECT decision, count(*) FROM message_units GROUP BY decision").fetchall())

@@ -1,0 +1,96 @@
+"""Wiring: the rooms of the paper put together for one open file (what ``Memory`` delegates to).
+
+Judges and rules follow one pattern: a protocol, an offline rule, and — when an LLM is
+configured — an LLM rule that falls back to the offline one. Injected judges replace the
+offline rules (and are still wrapped by the LLM rule when an LLM is configured).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import apsw
+import sqlite_vec
+
+from .active_facts import ActiveFactStore
+from .config import Config
+from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOperationChooser, OfflineFactExtractor,
+                         OfflineOperationChooser, OperationChooser)
+from .db import Database
+from .embed import Embedder, Embeddings, resolve_embedder
+from .ingest import IngestPipeline
+from .llm import LLM
+from .query import QueryPipeline
+from .retrieval import Retriever
+from .segments import BoundaryJudge, LLMBoundaryJudge, OfflineBoundaryJudge, SegmentBuilder
+from .store import FileInfo
+from .timeutil import now_stored
+from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, TrajectoryBuilder, TrajectoryJudge
+from .version import __version__
+
+__all__ = ["Pipelines", "build", "embedder_for", "initial_meta"]
+
+
+@dataclass(frozen=True)
+class Pipelines:
+    embeddings: Embeddings
+    ingest: IngestPipeline
+    retriever: Retriever
+    active_facts: ActiveFactStore
+    query: QueryPipeline
+
+
+def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary_judge: BoundaryJudge | None = None,
+          trajectory_judge: TrajectoryJudge | None = None) -> Pipelines:
+    if cfg.sem_low is not None and cfg.sem_high is not None:
+        levels = (float(cfg.sem_low), float(cfg.sem_high))
+    else:
+        levels = (float(emb.sem_levels[0]), float(emb.sem_levels[1]))
+    q = getattr(emb, "query_levels", None)
+    query_levels = (float(q[0]), float(q[1])) if q else levels
+    embeddings = Embeddings(emb, db.messages.vector_by_hash)
+    boundary: BoundaryJudge = boundary_judge or OfflineBoundaryJudge(cfg.tau_split, cfg.tau_merge)
+    trajectory: TrajectoryJudge = trajectory_judge or OfflineTrajectoryJudge(cfg.trajectory_threshold)
+    extractor: FactExtractor = OfflineFactExtractor(cfg.fact_schema)
+    chooser: OperationChooser = OfflineOperationChooser()
+    if llm is not None:
+        boundary = LLMBoundaryJudge(llm, boundary)
+        trajectory = LLMTrajectoryJudge(llm, trajectory)
+        extractor = LLMFactExtractor(llm, cfg.fact_schema, extractor)
+        chooser = LLMOperationChooser(llm, chooser)
+    ingest = IngestPipeline(
+        db, embeddings=embeddings, llm=llm, max_chars=cfg.max_message_chars,
+        segments=SegmentBuilder(db, alpha=cfg.alpha_segment, tau_merge=cfg.tau_merge, tau_split=cfg.tau_split,
+                                levels=levels, judge=boundary),
+        trajectories=TrajectoryBuilder(db, alpha=cfg.alpha_trajectory, top_k=cfg.top_k, levels=levels,
+                                       judge=trajectory),
+        core_facts=CoreFactWriter(db, extractor=extractor, chooser=chooser, embed_passages=embeddings.passages))
+    active = ActiveFactStore(db, levels=levels, query_levels=query_levels, theta_s=cfg.theta_s, theta_q=cfg.theta_q,
+                             embed_passages=embeddings.passages)
+    retriever = Retriever(db, embeddings.query, segment_weight=cfg.segment_weight,
+                          trajectory_weight=cfg.trajectory_weight)
+    query = QueryPipeline(db, retriever=retriever, embed_query=embeddings.query, llm=llm, active_facts=active)
+    return Pipelines(embeddings, ingest, retriever, active, query)
+
+
+def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:
+    """The configured model, else the model the file records (with its recorded levels), else
+    the bundled one."""
+    if cfg.embedding_model is not None or info is None or "embedding_model" not in info.meta:
+        return resolve_embedder(cfg.embedding_model)
+    levels = None
+    try:
+        raw = json.loads(info.meta.get("sem_levels", "null"))
+        levels = (float(raw[0]), float(raw[1])) if raw else None
+    except (ValueError, TypeError, IndexError):
+        levels = None
+    return resolve_embedder(info.meta["embedding_model"], sem_levels=levels)
+
+
+def initial_meta(emb: Embedder) -> dict[str, str]:
+    """What a new file records about itself, written with its schema."""
+    return {"embedding_model": emb.model_id, "embedding_dim": str(emb.dim), "embedding_metric": emb.metric,
+            "sem_levels": json.dumps(list(emb.sem_levels)), "created_at": now_stored(),
+            "created_by": f"memsif_lite {__version__}", "sqlite_version": apsw.sqlite_lib_version(),
+            "sqlite_vec_version": getattr(sqlite_vec, "__version__", "")}

@@ -1,0 +1,335 @@
+"""The query pipeline (paper §3.5): facts first, a sufficiency check, fall back to the
+interaction memory for query-local evidence, assemble a dated context within a token budget,
+answer, then feed the evidence to the ActiveFact track.
+
+Offline rules (no LLM, or the LLM failed):
+
+* sufficiency: only a promoted ActiveFact can suffice, and only when the question restates one
+  of the queries that promoted it (cosine ≥ ``SUFFICIENT_QUERY``): that is the recurring need
+  the ActiveFact was formed for. CoreFacts from the offline extractor are fragments, so they
+  never suffice on their own; the interaction memory is consulted, which costs only tokens;
+* evidence: the best-ranked messages (structure-aware ranking), each cut to its most relevant
+  sentences when long;
+* answer: extractive — the most relevant evidence sentence (or fact), marked as extractive.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import prompts
+from .active_facts import ActiveFactStore, Evidence
+from .db import Database, MessageRow
+from .llm import LLM
+from .retrieval import Retriever, fts_query
+from .timeutil import day_label, from_stored, relative_notes, to_stored
+from .tokens import count_tokens
+
+__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
+
+#: offline sufficiency: cosine between the question and a query that promoted an ActiveFact
+SUFFICIENT_QUERY = 0.95
+#: facts more than this (raw query–fact cosine) below the best match are not shown: query and
+#: passage embeddings live in different cosine ranges, so the cut is relative to the best match
+FACT_MARGIN = 0.04
+MAX_FACTS = 6
+#: offline, only the best-ranked evidence items feed the ActiveFact track (the rest is context)
+OFFLINE_ACCUMULATE = 2
+MAX_EVIDENCE_TOKENS = 60
+_SENT = re.compile(r"(?<=[.!?])\s+")
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class FactItem:
+    kind: str                      # "core" or "active"
+    id: int
+    subject: str
+    type: str | None
+    stmt: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    message_ids: tuple[int, ...]
+    score: float
+
+
+@dataclass(frozen=True)
+class EvidenceItem:
+    message_ids: tuple[int, ...]
+    speaker: str
+    stmt: str
+    at: datetime
+    session: str | None
+    source_ids: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What :meth:`Memory.context` returns: a ready-to-paste block and its parts."""
+
+    question: str
+    text: str
+    facts: tuple[FactItem, ...]
+    evidence: tuple[EvidenceItem, ...]
+    sufficient: bool
+    tokens: int
+    budget_tokens: int
+
+    @property
+    def message_ids(self) -> tuple[int, ...]:
+        ids = {m for e in self.evidence for m in e.message_ids} | {m for f in self.facts for m in f.message_ids}
+        return tuple(sorted(ids))
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    extractive: bool
+    context: str
+    evidence: tuple[EvidenceItem, ...]
+    facts: tuple[FactItem, ...]
+    sufficient: bool
+    tokens_in: int
+    tokens_out: int
+    llm_calls: int
+    timings_ms: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+def _overlap(a: str, query_words: set[str]) -> int:
+    return len({w.lower() for w in _WORD.findall(a)} & query_words)
+
+
+def _query_words(question: str) -> set[str]:
+    q = fts_query(question) or ""
+    return {w.strip('"') for w in q.split(" OR ")}
+
+
+def _trim(text: str, qwords: set[str], max_tokens: int = MAX_EVIDENCE_TOKENS) -> str:
+    """The message, or its most relevant sentences (in order) when it is long."""
+    if count_tokens(text) <= max_tokens:
+        return text
+    sents = [s for s in _SENT.split(text) if s.strip()]
+    ranked = sorted(range(len(sents)), key=lambda i: (-_overlap(sents[i], qwords), i))
+    keep: list[int] = []
+    used = 0
+    for i in ranked:
+        c = count_tokens(sents[i])
+        if used + c > max_tokens and keep:
+            continue
+        keep.append(i)
+        used += c
+    out = " ".join(sents[i] for i in sorted(keep))
+    while count_tokens(out) > max_tokens and " " in out:  # one very long sentence
+        out = out.rsplit(" ", 1)[0]
+    return out + (" …" if out != text else "")
+
+
+def _fact_line(f: FactItem) -> str:
+    when = ""
+    if f.valid_to is not None:
+        when = f" [from {f.valid_from:%Y-%m-%d} until {f.valid_to:%Y-%m-%d}; no longer current]"
+    elif f.valid_from is not None and f.kind == "core":
+        when = f" [since {f.valid_from:%Y-%m-%d}]"
+    return f"- {f.stmt}{when}"
+
+
+def _evidence_line(e: EvidenceItem) -> str:
+    notes = f" (dates: {'; '.join(e.notes)})" if e.notes else ""
+    return f"- [{e.at:%Y-%m-%d}] {e.speaker}: {e.stmt}{notes}"
+
+
+def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[EvidenceItem],
+              budget: int) -> tuple[str, list[FactItem], list[EvidenceItem]]:
+    """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
+    evidence is shown chronologically. The result never exceeds ``budget`` tokens."""
+    head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
+    used = 0
+    shown_f: list[FactItem] = []
+    for f in facts:
+        c = count_tokens(_fact_line(f)) + 1 + (count_tokens(head_f) + 1 if not shown_f else 0)
+        if used + c > budget // 8:
+            break
+        shown_f.append(f)
+        used += c
+    shown_e: list[EvidenceItem] = []
+    for e in evidence:
+        c = count_tokens(_evidence_line(e)) + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
+        if used + c > budget:
+            if budget - used < 12:
+                break
+            continue
+        shown_e.append(e)
+        used += c
+
+    def render() -> str:
+        parts = []
+        if shown_f:
+            parts += [head_f] + [_fact_line(f) for f in shown_f]
+        if shown_e:
+            parts += [head_e] + [_evidence_line(e) for e in sorted(shown_e, key=lambda e: (e.at, e.message_ids))]
+        return "\n".join(parts)
+
+    text = render()
+    while count_tokens(text) > budget and (shown_e or shown_f):  # tokenizer joins can differ by a token or two
+        (shown_e if shown_e else shown_f).pop()
+        text = render()
+    return text, shown_f, shown_e
+
+
+def extractive_answer(question: str, ctx: Context) -> str:
+    """The best-ranked evidence item's most relevant sentence (or the top fact when facts
+    sufficed); marked with its speaker and date."""
+    if ctx.sufficient and ctx.facts:
+        return ctx.facts[0].stmt
+    if not ctx.evidence:
+        return ctx.facts[0].stmt if ctx.facts else "I don't know: nothing in memory matches the question."
+    qwords = _query_words(question)
+    e = ctx.evidence[0]
+    sents = [x for x in _SENT.split(e.stmt) if x.strip()] or [e.stmt]
+    best = max(range(len(sents)), key=lambda i: (_overlap(sents[i], qwords), -i))
+    return f"{e.speaker} ({e.at:%Y-%m-%d}): {sents[best].strip()}"
+
+
+def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str],
+                      limit: int) -> list[EvidenceItem]:
+    out = []
+    for mid in ranked[:limit]:
+        r = rows[mid]
+        at = from_stored(r.at)
+        stmt = _trim(r.text, qwords)
+        out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
+                                tuple(relative_notes(stmt, at))))
+    return out
+
+
+class _Laps:
+    """Per-stage timings in milliseconds."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+        self.t = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(self.timings.get(name, 0.0) + (now - self.t) * 1000.0, 3)
+        self.t = now
+
+
+class QueryPipeline:
+    """Facts → sufficiency → structure-aware evidence → budgeted, dated context → answer →
+    ActiveFact accumulation. Collaborators are passed in; nothing here knows ``Memory``."""
+
+    def __init__(self, db: Database, *, retriever: Retriever, embed_query: Callable[[str], np.ndarray],
+                 llm: LLM | None, active_facts: ActiveFactStore):
+        self.db = db
+        self.retriever = retriever
+        self.embed_query = embed_query
+        self.llm = llm
+        self.active_facts = active_facts
+
+    # -- facts --------------------------------------------------------------------------------
+    def facts(self, qvec: np.ndarray) -> list[FactItem]:
+        items: list[FactItem] = []
+        core, clusters = self.db.facts, self.db.clusters
+        for fid, dist in core.nearest(qvec, 2 * MAX_FACTS):
+            f = core.get(fid)
+            if f is not None:
+                items.append(FactItem("core", f.id, f.subject, f.type, f.stmt, f.valid_from, f.valid_to,
+                                      f.message_ids, 1.0 - dist))
+        for fid, dist in clusters.nearest_active(qvec, 2 * MAX_FACTS):
+            aid, subject, stmt, created = clusters.active_row(fid)
+            items.append(FactItem("active", aid, subject, None, stmt, from_stored(created), None,
+                                  clusters.active_messages(fid), 1.0 - dist))
+        if not items:
+            return []
+        items.sort(key=lambda f: (-f.score, f.kind, f.id))
+        return [f for f in items if f.score >= items[0].score - FACT_MARGIN][:MAX_FACTS]
+
+    def _offline_sufficient(self, qvec: np.ndarray, facts: Sequence[FactItem]) -> bool:
+        for f in facts:
+            if f.kind == "active" and any(float(v @ qvec) >= SUFFICIENT_QUERY
+                                          for v in self.db.clusters.active_query_vectors(f.id)):
+                return True
+        return False
+
+    def _llm_evidence(self, question: str, ranked: Sequence[int]) -> list[EvidenceItem] | None:
+        assert self.llm is not None
+        by_id = self.db.messages.many(sorted(ranked[:40]))
+        rows = [by_id[m] for m in sorted(by_id)]
+        lines = [f"[{day_label(from_stored(r.at))}] {r.speaker}: {r.text[:500]}" for r in rows]
+        got = self.llm.complete(prompts.evidence(question, lines))
+        if got is None:
+            return None
+        out = []
+        for subject, stmt, idx in got:
+            src = [rows[i] for i in idx]
+            out.append(EvidenceItem(tuple(r.id for r in src), subject, stmt, from_stored(src[-1].at), src[-1].session,
+                                    tuple(r.source_id for r in src if r.source_id)))
+        return out
+
+    # -- context ------------------------------------------------------------------------------
+    def context(self, question: str, budget_tokens: int, *, timings: dict[str, float] | None = None) -> Context:
+        """Read-only: the facts and (unless they suffice) evidence, within ``budget_tokens``."""
+        lap = _Laps(timings if timings is not None else {})
+        qvec = self.embed_query(question)
+        lap("embed_query")
+        facts = self.facts(qvec)
+        lap("facts")
+        sufficient = False
+        if facts:
+            verdict = None
+            if self.llm is not None:
+                verdict = self.llm.complete(prompts.sufficiency(question, [f.stmt for f in facts]))
+            sufficient = verdict if verdict is not None else self._offline_sufficient(qvec, facts)
+        lap("sufficiency")
+        evidence: list[EvidenceItem] = []
+        if not sufficient:
+            ranked = [m for m, _ in self.retriever.rank_with_structure(question)]
+            lap("retrieval")
+            got = self._llm_evidence(question, ranked) if self.llm is not None else None
+            if got is None:
+                got = _offline_evidence(self.db.messages.many(ranked[:60]), ranked, _query_words(question), 60)
+            evidence = got
+            lap("evidence")
+        text, shown_facts, shown_evidence = _assemble(question, facts, evidence, budget_tokens)
+        lap("assemble")
+        return Context(question, text, tuple(shown_facts), tuple(shown_evidence), sufficient, count_tokens(text),
+                       budget_tokens)
+
+    # -- answer ---------------------------------------------------------------------------------
+    def ask(self, question: str, budget_tokens: int, now: datetime | None) -> Answer:
+        timings: dict[str, float] = {}
+        calls_before = self.llm.calls if self.llm is not None else 0
+        ctx = self.context(question, budget_tokens, timings=timings)
+        t = time.perf_counter()
+        text: str | None = None
+        tokens_in = ctx.tokens
+        if self.llm is not None:
+            now_s = to_stored(now) if now is not None else to_stored(datetime.now())
+            prompt = prompts.answer(question, ctx.text, day_label(from_stored(now_s)))
+            tokens_in = count_tokens(prompt.system) + count_tokens(prompt.user)
+            text = self.llm.complete(prompt)
+        extractive = text is None
+        if text is None:
+            text = extractive_answer(question, ctx)
+        timings["answer"] = round((time.perf_counter() - t) * 1000.0, 3)
+        t = time.perf_counter()
+        if not ctx.sufficient and ctx.evidence:
+            top = ctx.evidence[:OFFLINE_ACCUMULATE] if self.llm is None else ctx.evidence
+            # offline evidence is a message excerpt: the statement names its speaker (the subject)
+            evidence = [Evidence(e.stmt if self.llm else f"{e.speaker}: {e.stmt}", e.speaker, e.message_ids)
+                        for e in top]
+            qvec = self.embed_query(question)
+            with self.db.write():
+                self.active_facts.accumulate(question, qvec, evidence)
+        timings["active_facts"] = round((time.perf_counter() - t) * 1000.0, 3)
+        calls = (self.llm.calls - calls_before) if self.llm is not None else 0
+        return Answer(text, extractive, ctx.text, ctx.evidence, ctx.facts, ctx.sufficient, tokens_in,
+                      count_tokens(text), calls, timings)
