@@ -158,7 +158,7 @@ def _open(db: str, config: str | None = None, llm: str | None = None, api_base: 
         raise click.ClickException(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
     cfg = Config.from_file(config) if config else None
     llm_kwargs = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
-    return Memory(db, config=cfg, llm=llm, llm_kwargs=llm_kwargs or None)
+    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None)
 
 
 def _writable_parent(path: str) -> None:
