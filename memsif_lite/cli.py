@@ -135,11 +135,12 @@ def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+config_option = click.option("--config", "config", envvar="MEMSIF_CONFIG", type=click.Path(exists=True, dir_okay=False),
+                             help="Config file, JSON or TOML (also from MEMSIF_CONFIG).")
 file_options = _options(
     click.option("--db", envvar="MEMSIF_DB", required=True, type=click.Path(dir_okay=False),
                  help="Memory file (also from MEMSIF_DB)."),
-    click.option("--config", "config", envvar="MEMSIF_CONFIG", type=click.Path(exists=True, dir_okay=False),
-                 help="Config file, JSON or TOML (also from MEMSIF_CONFIG)."),
+    config_option,
 )
 llm_options = _options(
     click.option("--llm", envvar="MEMSIF_LLM", default=None,
@@ -199,11 +200,21 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memsif_lite")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details (and tracebacks) to stderr.")
-def main(verbose: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """memsif: long-term memory for LLM agents in one SQLite file."""
-    if verbose:
-        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+    if verbose:  # only memsif_lite's own records, not every library's; undone when the command ends
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        previous = log.level
+        log.addHandler(handler)
         log.setLevel(logging.DEBUG)
+
+        def undo() -> None:
+            log.removeHandler(handler)
+            log.setLevel(previous)
+
+        ctx.call_on_close(undo)
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -500,7 +511,8 @@ def check(db: str, config: str | None, as_json: bool) -> None:
 @main.command()
 @click.option("--db", envvar="MEMSIF_DB", default=None, type=click.Path(dir_okay=False),
               help="Where to write the demo memory (default: a temporary file, deleted afterwards).")
-def demo(db: str | None) -> None:
+@config_option
+def demo(db: str | None, config: str | None) -> None:
     """Build a memory from a bundled sample conversation and take a short tour."""
     sample = resources.files("memsif_lite.data").joinpath("sample_conversation.jsonl")
     with resources.as_file(sample) as p:
@@ -509,7 +521,7 @@ def demo(db: str | None) -> None:
         where = f"Memory file {db}" if db is not None else "A temporary memory file"
         path = db if db is not None else str(Path(tmp) / "demo.db")
         t0 = time.perf_counter()
-        with _open(path, create=True) as mem:
+        with _open(path, config, create=True) as mem:
             _ingest(mem, items, label="building the demo memory")
             _tour(mem, f"{where}: built in {time.perf_counter() - t0:.1f}s, offline (no LLM configured)")
     if db is not None:

@@ -181,6 +181,9 @@ def test_unexpected_and_os_errors_are_reported_cleanly(monkeypatch, db_copy, cap
     clean_error(r)
     assert "Error: unexpected RuntimeError: boom (please report)" in r.stderr
     assert any(rec.exc_info for rec in caplog.records)
+    r = run("-v", "search", "x", "--db", db_copy)  # -v: the traceback, for the report
+    assert r.exit_code == 1 and "Traceback" in r.stderr and "RuntimeError: boom" in r.stderr
+    assert not cli.log.handlers
 
     def denied(self, *a, **k):
         raise PermissionError(13, "Permission denied", "/somewhere/x.jsonl")
