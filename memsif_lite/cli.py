@@ -1,61 +1,234 @@
-"""The ``memsif`` command line; it mirrors the Python API."""
+"""The ``memsif`` command line; it mirrors the Python API (:class:`memsif_lite.Memory`) and uses
+nothing else of the library but its errors and its importers.
+
+Output
+    Without ``--json`` a command prints for people: compact lines and aligned tables.
+    With ``--json`` it prints exactly ONE JSON document to stdout, and that document is always a
+    JSON **object** — never a bare array, never JSON lines. Lists sit under a plural key
+    (``"results"``, ``"facts"``, ``"active_facts"``, ``"segments"`` ...), so fields can be added
+    later without breaking readers. Everything goes through one encoder (:func:`to_jsonable`):
+    dataclasses become objects of their fields under their Python names (``Answer.text`` is
+    ``"text"``), datetimes ISO 8601 strings, tuples and sets arrays, paths strings, non-finite
+    floats ``null``.
+
+Errors and exit codes
+    0: success. 1: an error — printed to stderr as ``Error: ...`` with nothing on stdout, never a
+    traceback — or ``check`` found problems (``check --json`` still prints its document).
+    2: a usage error (unknown option, missing argument, bad value). ``-v`` before the command
+    logs the traceback of an unexpected error at debug level.
+
+Options
+    Every command that opens a memory file takes ``--db`` (or MEMSIF_DB) and ``--config`` (or
+    MEMSIF_CONFIG); the commands that can call an LLM (``ingest``, ``ask``) also take ``--llm``,
+    ``--api-base`` and ``--api-key`` (or MEMSIF_LLM, MEMSIF_API_BASE, MEMSIF_API_KEY). Only
+    ``ingest``, ``import`` and ``demo`` create a memory file; the other commands refuse a path
+    where there is none, so a mistyped ``--db`` does not leave an empty memory file behind.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import errno
 import json
+import logging
+import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePath
+from typing import Any, TypeVar
 
 import click
 
-from .config import Config
-from .errors import MemsifError
+from memsif_lite import Config, Memory
+from memsif_lite.errors import MemsifError
+from memsif_lite.importers import read_any, read_jsonl
 
-__all__ = ["main"]
+__all__ = ["main", "to_jsonable"]
+
+log = logging.getLogger("memsif_lite")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _open(db: str, config: str | None, llm: str | None, api_base: str | None):
-    from .memory import Memory
+# -- output ----------------------------------------------------------------------------------------
+def to_jsonable(obj: Any) -> Any:
+    """The one encoder behind every ``--json``: plain JSON values for library objects."""
+    if obj is None or isinstance(obj, (str, bool, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [to_jsonable(v) for v in sorted(obj, key=repr)]
+    if isinstance(obj, (dt.datetime, dt.date, dt.time)):
+        return obj.isoformat()
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays
+        return to_jsonable(obj.tolist())
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
 
-    cfg = Config.from_file(config) if config else None
-    kwargs = {"api_base": api_base} if api_base else None
-    return Memory(db, config=cfg, llm=llm, llm_kwargs=kwargs)
+
+def _emit(doc: Mapping[str, Any]) -> None:
+    click.echo(json.dumps(to_jsonable(doc), ensure_ascii=False))
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
 def _dt(d: Any) -> str:
     return d.isoformat(sep=" ", timespec="minutes") if d is not None else ""
 
 
-db_option = click.option("--db", envvar="MEMSIF_DB", required=True, type=click.Path(dir_okay=False),
-                         help="Memory file (also from MEMSIF_DB).")
+def _day(d: Any) -> str:
+    return f"{d:%Y-%m-%d}" if d is not None else ""
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def _messages_ref(ids: Sequence[int]) -> str:
+    return f"{'message' if len(ids) == 1 else 'messages'} {', '.join(map(str, ids))}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Sequence[int] = ()) -> None:
+    """Aligned columns; columns in ``right`` are right-aligned, the last column is never padded."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        click.echo("  ".join(parts).rstrip())
+
+
+def _stats_line(st: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in st.items())
+
+
+def _print_stats(st: Mapping[str, int], indent: str = "") -> None:
+    width = max((len(k) for k in st), default=0)
+    for k, v in st.items():
+        click.echo(f"{indent}{k:{width}}  {v}")
+
+
+# -- shared options and opening a memory -----------------------------------------------------------
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(f: F) -> F:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 config_option = click.option("--config", "config", envvar="MEMSIF_CONFIG", type=click.Path(exists=True, dir_okay=False),
-                             help="Config file (JSON or TOML).")
-llm_option = click.option("--llm", envvar="MEMSIF_LLM", default=None,
-                          help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM).")
-api_base_option = click.option("--api-base", envvar="MEMSIF_API_BASE", default=None,
-                               help="Base URL of an OpenAI-compatible server (vLLM, Ollama...).")
+                             help="Config file, JSON or TOML (also from MEMSIF_CONFIG).")
+file_options = _options(
+    click.option("--db", envvar="MEMSIF_DB", required=True, type=click.Path(dir_okay=False),
+                 help="Memory file (also from MEMSIF_DB)."),
+    config_option,
+)
+llm_options = _options(
+    click.option("--llm", envvar="MEMSIF_LLM", default=None,
+                 help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM)."),
+    click.option("--api-base", envvar="MEMSIF_API_BASE", default=None,
+                 help="Base URL of an OpenAI-compatible server: vLLM, Ollama... (also MEMSIF_API_BASE)."),
+    click.option("--api-key", envvar="MEMSIF_API_KEY", default=None,
+                 help="API key for the LLM server (also MEMSIF_API_KEY)."),
+)
+
+
+def _open(db: str, config: str | None = None, llm: str | None = None, api_base: str | None = None,
+          api_key: str | None = None, *, create: bool = False) -> Memory:
+    """The one way the CLI opens a memory file. The embedding model is the one the file records."""
+    if not create and not Path(db).exists():
+        raise click.ClickException(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
+    cfg = Config.from_file(config) if config else None
+    llm_kwargs = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
+    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None)
+
+
+def _writable_parent(path: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise click.ClickException(f"cannot write {path}: no directory {parent}")
+
+
+def _os_error(e: OSError) -> str:
+    if e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e) or type(e).__name__
 
 
 class _Group(click.Group):
+    """Turns every error into ``Error: ...`` and exit 1; click's usage errors keep exit 2."""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
         except MemsifError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            raise click.ClickException(str(e) or type(e).__name__) from e
+        except OSError as e:
+            if e.errno == errno.EPIPE:  # click's main() handles a closed pipe quietly
+                raise
+            raise click.ClickException(_os_error(e)) from e
+        except UnicodeDecodeError as e:
+            raise click.ClickException(f"the input is not UTF-8 text ({e.reason} at byte {e.start})") from e
+        except ValueError as e:
+            raise click.ClickException(str(e) or type(e).__name__) from e
+        except Exception as e:  # the CLI never shows a traceback
+            log.debug("unexpected error in the memsif command line", exc_info=True)
+            raise click.ClickException(f"unexpected {type(e).__name__}: {e} (please report)") from e
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memsif_lite")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Log debug details (and tracebacks) to stderr.")
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """memsif: long-term memory for LLM agents in one SQLite file."""
+    if verbose:  # only memsif_lite's own records, not every library's; undone when the command ends
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        previous = log.level
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+
+        def undo() -> None:
+            log.removeHandler(handler)
+            log.setLevel(previous)
+
+        ctx.call_on_close(undo)
 
 
-def _ingest(mem, items: list[dict], *, label: str = "ingesting", batch: int = 128) -> list[int]:
+# -- commands --------------------------------------------------------------------------------------
+def _read_messages(file: str) -> list[dict[str, Any]]:
+    try:
+        return read_any(file)
+    except UnicodeDecodeError as e:
+        raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        raise click.ClickException(
+            f"cannot read {file}: not a JSONL or LoCoMo conversation ({type(e).__name__}: {e})") from None
+
+
+def _ingest(mem: Memory, items: list[dict[str, Any]], *, label: str = "ingesting", batch: int = 128) -> list[int]:
     ids: list[int] = []
     with click.progressbar(length=len(items), label=label, file=sys.stderr) as bar:
         for start in range(0, len(items), batch):
@@ -66,274 +239,322 @@ def _ingest(mem, items: list[dict], *, label: str = "ingesting", batch: int = 12
 
 @main.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@db_option
-@config_option
-@llm_option
-@api_base_option
-def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: str | None) -> None:
-    """Add the messages of FILE (JSONL or LoCoMo JSON) to the memory."""
-    from .importers import read_any
-
-    items = read_any(file)
+@file_options
+@llm_options
+@json_option
+def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
+           as_json: bool) -> None:
+    """Add the messages of FILE (JSONL or LoCoMo JSON) to the memory, creating it if needed."""
+    items = _read_messages(file)
     t0 = time.perf_counter()
-    with _open(db, config, llm, api_base) as mem:
+    with _open(db, config, llm, api_base, api_key, create=True) as mem:
         ids = _ingest(mem, items)
-        stats = mem.stats()
+        st = mem.stats()
     secs = time.perf_counter() - t0
-    click.echo(f"added {len(ids)} messages in {secs:.1f}s ({len(ids) / max(secs, 1e-9):.0f}/s)")
-    click.echo(", ".join(f"{k} {v}" for k, v in stats.items()))
-
-
-@main.command()
-@db_option
-@click.argument("query")
-@click.option("-k", default=10, show_default=True, help="Number of results.")
-@click.option("--level", type=click.Choice(["message", "segment", "trajectory"]), default="message", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="JSON lines output.")
-def search(db: str, query: str, k: int, level: str, as_json: bool) -> None:
-    """Hybrid (dense + BM25) search of the memory."""
-    with _open(db, None, None, None) as mem:
-        hits = mem.search(query, k=k, level=level)
-    for h in hits:
-        if as_json:
-            click.echo(json.dumps({"id": h.id, "level": h.level, "score": round(h.score, 6), "speaker": h.speaker,
-                                   "text": h.text, "at": h.at.isoformat(), "session": h.session,
-                                   "message_ids": list(h.message_ids), "source_ids": list(h.source_ids)},
-                                  ensure_ascii=False))
-        else:
-            text = h.text if level == "message" else h.text.replace("\n", "\n      ")
-            click.echo(f"[{h.id}] {_dt(h.at)} {h.speaker if level == 'message' else ''}{': ' if level == 'message' else ''}{text}")
-
-
-@main.command()
-@db_option
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
-def stats(db: str, as_json: bool) -> None:
-    """Counts of messages, structure, facts and LLM calls."""
-    with _open(db, None, None, None) as mem:
-        s = mem.stats()
     if as_json:
-        click.echo(json.dumps(s))
+        _emit({"file": file, "db": db, "added": len(ids), "message_ids": ids, "seconds": round(secs, 3),
+               "stats": st})
+        return
+    click.echo(f"added {_plural(len(ids), 'message')} in {secs:.1f}s ({len(ids) / max(secs, 1e-9):.0f}/s)")
+    click.echo(_stats_line(st))
+
+
+@main.command()
+@click.argument("query")
+@file_options
+@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Number of results.")
+@click.option("--level", type=click.Choice(["message", "segment", "trajectory"]), default="message", show_default=True)
+@json_option
+def search(query: str, db: str, config: str | None, k: int, level: str, as_json: bool) -> None:
+    """Hybrid (dense + BM25) search of the memory."""
+    with _open(db, config) as mem:
+        hits = mem.search(query, k=k, level=level)
+    if as_json:
+        _emit({"query": query, "level": level, "k": k, "results": hits})
+        return
+    if not hits:
+        click.echo("no results")
+    for h in hits:
+        if level == "message":
+            click.echo(f"[{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
+        else:
+            click.echo(f"[{h.id}] {_dt(h.at)} ({_plural(len(h.message_ids), 'message')})")
+            click.echo("      " + h.text.replace("\n", "\n      "))
+
+
+@main.command()
+@file_options
+@json_option
+def stats(db: str, config: str | None, as_json: bool) -> None:
+    """Counts of messages, structure, facts and LLM calls."""
+    with _open(db, config) as mem:
+        st = mem.stats()
+    if as_json:
+        _emit(st)
     else:
-        for k, v in s.items():
-            click.echo(f"{k:14} {v}")
+        _print_stats(st)
 
 
-def _print_timeline(mem, *, width: int = 100) -> None:
+def _print_timeline(mem: Memory, *, width: int = 100) -> None:
     segs = {s.id: s for s in mem.segments()}
     texts = {m.id: m for m in mem.messages()}
-    groups: list[tuple[str, list]] = []
+    if not texts:
+        click.echo("empty memory: no messages yet")
+        return
+    groups: list[tuple[str, list[Any]]] = []
     for t in mem.trajectories():
-        groups.append((f"Trajectory {t.id}: {t.label}  ({_dt(t.start)} → {_dt(t.end)}, {len(t.segment_ids)} segments)",
-                       [segs[s] for s in t.segment_ids]))
+        title = (f"Trajectory {t.id}: {t.label}  ({_dt(t.start)} → {_dt(t.end)}, "
+                 f"{_plural(len(t.segment_ids), 'segment')})")
+        groups.append((title, [segs[s] for s in t.segment_ids if s in segs]))
     open_segs = [s for s in segs.values() if s.trajectory_id is None]
     if open_segs:
-        groups.append(("Open segment (not yet linked to a trajectory)", open_segs))
+        groups.append(("Not yet linked to a trajectory", open_segs))
     for title, ss in groups:
         click.secho(title, bold=True)
         for s in ss:
             click.echo(f"  Segment {s.id} [{_dt(s.start)}] {s.label}")
             for mid in s.message_ids:
-                m = texts[mid]
-                line = f"{m.speaker}: {m.text}"
+                m = texts.get(mid)
+                if m is None:
+                    continue
+                line = f"{m.speaker}: {_one_line(m.text)}"
                 click.echo("    " + (line if len(line) <= width else line[: width - 1] + "…"))
 
 
 @main.command()
-@db_option
-def show(db: str) -> None:
+@file_options
+@json_option
+def show(db: str, config: str | None, as_json: bool) -> None:
     """Print segments grouped by trajectory as a timeline."""
-    with _open(db, None, None, None) as mem:
-        _print_timeline(mem)
-
-
-def _answer_json(a) -> str:
-    return json.dumps({
-        "answer": a.text, "extractive": a.extractive, "sufficient": a.sufficient, "context": a.context,
-        "evidence": [{"message_ids": list(e.message_ids), "speaker": e.speaker, "stmt": e.stmt,
-                      "at": e.at.isoformat(), "session": e.session, "source_ids": list(e.source_ids),
-                      "notes": list(e.notes)} for e in a.evidence],
-        "facts": [{"kind": f.kind, "id": f.id, "subject": f.subject, "type": f.type, "stmt": f.stmt,
-                   "message_ids": list(f.message_ids)} for f in a.facts],
-        "tokens_in": a.tokens_in, "tokens_out": a.tokens_out, "llm_calls": a.llm_calls, "timings_ms": a.timings_ms,
-    }, ensure_ascii=False)
+    with _open(db, config) as mem:
+        if as_json:
+            _emit({"trajectories": mem.trajectories(), "segments": mem.segments(), "messages": mem.messages()})
+        else:
+            _print_timeline(mem)
 
 
 @main.command()
-@db_option
-@config_option
-@llm_option
-@api_base_option
 @click.argument("question")
+@file_options
+@llm_options
 @click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
-def ask(db: str, config: str | None, llm: str | None, api_base: str | None, question: str, budget: int,
-        as_json: bool) -> None:
+@json_option
+def ask(question: str, db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
+        budget: int, as_json: bool) -> None:
     """Answer QUESTION from memory, then show the evidence with dates and ids."""
-    with _open(db, config, llm, api_base) as mem:
+    with _open(db, config, llm, api_base, api_key) as mem:
         a = mem.ask(question, budget_tokens=budget)
     if as_json:
-        click.echo(_answer_json(a))
+        _emit({"question": question, **to_jsonable(a)})
         return
     click.secho(a.text, bold=True)
     if a.extractive:
         click.echo("(extractive answer: the most relevant stored sentence; configure --llm for a generated one)")
     for f in a.facts:
-        click.echo(f"  fact {f.kind}#{f.id}: {f.stmt}  (messages {', '.join(map(str, f.message_ids))})")
+        click.echo(f"  fact {f.kind}#{f.id}: {f.stmt}  ({_messages_ref(f.message_ids)})")
     for e in a.evidence:
-        click.echo(f"  [{_dt(e.at)}] #{','.join(map(str, e.message_ids))} {e.speaker}: {e.stmt}")
+        click.echo(f"  [{_dt(e.at)}] #{_ids(e.message_ids)} {e.speaker}: {e.stmt}")
 
 
 @main.command()
-@db_option
 @click.argument("question")
+@file_options
 @click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
-@click.option("--json", "as_json", is_flag=True, help="JSON output (text plus items).")
-def context(db: str, question: str, budget: int, as_json: bool) -> None:
+@json_option
+def context(question: str, db: str, config: str | None, budget: int, as_json: bool) -> None:
     """Print a ready-to-paste memory context for QUESTION (no LLM call, nothing written)."""
-    with _open(db, None, None, None) as mem:
+    with _open(db, config) as mem:
         c = mem.context(question, budget_tokens=budget)
     if as_json:
-        click.echo(json.dumps({"text": c.text, "tokens": c.tokens, "sufficient": c.sufficient,
-                               "message_ids": list(c.message_ids)}, ensure_ascii=False))
+        _emit({**to_jsonable(c), "message_ids": c.message_ids})
     else:
         click.echo(c.text)
 
 
 @main.command()
-@db_option
-@click.option("--subject", default=None)
-@click.option("--type", "ftype", default=None)
+@file_options
+@click.option("--subject", default=None, help="Only facts about this subject (case-insensitive).")
+@click.option("--type", "ftype", default=None, help="Only facts of this type.")
 @click.option("--all", "include_superseded", is_flag=True, help="Include superseded facts.")
 @click.option("--active", is_flag=True, help="List promoted ActiveFacts instead.")
-def facts(db: str, subject: str | None, ftype: str | None, include_superseded: bool, active: bool) -> None:
-    """List CoreFacts (JSON lines), or ActiveFacts with --active."""
-    with _open(db, None, None, None) as mem:
-        if active:
-            for a in mem.active_facts():
-                click.echo(json.dumps({"id": a.id, "subject": a.subject, "stmt": a.stmt, "message_ids": list(a.message_ids),
-                                       "queries": list(a.queries)}, ensure_ascii=False))
-            return
-        for f in mem.facts(subject=subject, type=ftype, include_superseded=include_superseded):
-            click.echo(json.dumps({"id": f.id, "subject": f.subject, "type": f.type, "stmt": f.stmt,
-                                   "valid_from": f.valid_from.isoformat(),
-                                   "valid_to": f.valid_to.isoformat() if f.valid_to else None,
-                                   "superseded_by": f.superseded_by, "message_ids": list(f.message_ids)},
-                                  ensure_ascii=False))
+@json_option
+def facts(db: str, config: str | None, subject: str | None, ftype: str | None, include_superseded: bool,
+          active: bool, as_json: bool) -> None:
+    """List CoreFacts as a table, or ActiveFacts with --active."""
+    if active:
+        with _open(db, config) as mem:
+            actives = mem.active_facts()
+        if as_json:
+            _emit({"active_facts": actives})
+        elif not actives:
+            click.echo("no ActiveFacts yet (they are promoted from the evidence of questions asked with `memsif ask`)")
+        else:
+            _table(["id", "subject", "messages", "statement"],
+                   [(a.id, a.subject, _ids(a.message_ids), _one_line(a.stmt)) for a in actives], right=[0])
+        return
+    with _open(db, config) as mem:
+        core = mem.facts(subject=subject, type=ftype, include_superseded=include_superseded)
+    if as_json:
+        _emit({"facts": core})
+    elif not core:
+        filtered = subject is not None or ftype is not None
+        click.echo("no CoreFacts match" if filtered else "no CoreFacts yet")
+    else:
+        headers = ["id", "type", "subject", "since"] + (["until"] if include_superseded else []) + ["statement"]
+        rows = [[f.id, f.type, f.subject, _day(f.valid_from)] + ([_day(f.valid_to)] if include_superseded else [])
+                + [_one_line(f.stmt)] for f in core]
+        _table(headers, rows, right=[0])
 
 
 @main.command()
-@db_option
+@file_options
 @click.option("--message", "message_id", type=int, default=None, help="Message id to forget.")
 @click.option("--fact", "fact_id", type=int, default=None, help="CoreFact id to forget.")
-def forget(db: str, message_id: int | None, fact_id: int | None) -> None:
+@json_option
+def forget(db: str, config: str | None, message_id: int | None, fact_id: int | None, as_json: bool) -> None:
     """Delete a message (and everything derived only from it) or a fact."""
-    with _open(db, None, None, None) as mem:
+    if (message_id is None) == (fact_id is None):
+        raise click.UsageError("give exactly one of --message ID or --fact ID")
+    kind, ident = ("message", message_id) if message_id is not None else ("fact", fact_id)
+    with _open(db, config) as mem:
         mem.forget(message_id=message_id, fact_id=fact_id)
-    click.echo("forgotten")
+    if as_json:
+        _emit({"forgot": kind, "id": ident})
+    else:
+        click.echo(f"forgot {kind} {ident}")
 
 
 @main.command("export")
-@db_option
+@file_options
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to write.")
-def export_cmd(db: str, out: str) -> None:
+@json_option
+def export_cmd(db: str, config: str | None, out: str, as_json: bool) -> None:
     """Export everything to JSON lines (import it with `memsif import`)."""
-    with _open(db, None, None, None) as mem:
+    _writable_parent(out)
+    with _open(db, config) as mem:
         n = mem.export_to(out)
-    click.echo(f"wrote {n} lines to {out}")
+    if as_json:
+        _emit({"db": db, "out": out, "lines": n})
+    else:
+        click.echo(f"wrote {_plural(n, 'line')} to {out}")
 
 
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@db_option
-def import_cmd(file: str, db: str) -> None:
-    """Load an export into a fresh memory file."""
-    with _open(db, None, None, None) as mem:
-        counts = mem.import_from(file)
-        st = mem.stats()
-    click.echo(f"imported {counts.get('messages', 0)} messages; " + ", ".join(f"{k} {v}" for k, v in st.items()))
-
-
-@main.command()
-@db_option
-@click.argument("dest", type=click.Path(dir_okay=False))
-def backup(db: str, dest: str) -> None:
-    """Write a consistent copy of the memory file to DEST (safe while others write)."""
-    with _open(db, None, None, None) as mem:
-        mem.backup(dest)
-    click.echo(f"backed up to {dest}")
-
-
-@main.command()
-@db_option
-def check(db: str) -> None:
-    """Check a memory file: what it is, integrity, schema, indexes and vectors."""
-    from .errors import MemsifError as _E
-    from .memory import Memory
-
+@file_options
+@json_option
+def import_cmd(file: str, db: str, config: str | None, as_json: bool) -> None:
+    """Load an export (from `memsif export`) into a fresh memory file, creating it if needed."""
+    created = not Path(db).exists()
     try:
-        with Memory(db) as mem:
-            problems = mem.check()
+        with _open(db, config, create=True) as mem:
+            counts = mem.import_from(file)
             st = mem.stats()
-    except _E as e:
-        click.echo(f"NOT OK: {e}")
-        sys.exit(1)
-    if problems:
+    except BaseException as e:
+        if created:  # the import is one transaction: do not leave the empty file it was meant to fill
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(db + suffix).unlink(missing_ok=True)
+        if isinstance(e, UnicodeDecodeError):
+            raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                                       "expected an export written by `memsif export`") from None
+        raise
+    if as_json:
+        _emit({"file": file, "db": db, "imported": counts, "stats": st})
+    else:
+        click.echo(f"imported {_plural(counts.get('messages', 0), 'message')}; {_stats_line(st)}")
+
+
+@main.command()
+@click.argument("dest", type=click.Path(dir_okay=False))
+@file_options
+@json_option
+def backup(dest: str, db: str, config: str | None, as_json: bool) -> None:
+    """Write a consistent copy of the memory file to DEST (safe while others write)."""
+    _writable_parent(dest)
+    with _open(db, config) as mem:
+        mem.backup(dest)
+    if as_json:
+        _emit({"db": db, "dest": dest, "bytes": Path(dest).stat().st_size})
+    else:
+        click.echo(f"backed up to {dest}")
+
+
+@main.command()
+@file_options
+@json_option
+def check(db: str, config: str | None, as_json: bool) -> None:
+    """Check a memory file: what it is, integrity, schema, indexes and vectors (exit 1 on problems)."""
+    st: dict[str, int] = {}
+    if not Path(db).exists():
+        problems = [f"no such file: {db}"]
+    else:
+        try:
+            with _open(db, config) as mem:
+                problems = list(mem.check())
+                st = mem.stats()
+        except MemsifError as e:
+            problems = [str(e)]
+    if as_json:
+        _emit({"ok": not problems, "problems": problems, "stats": st})
+    elif problems:
         click.echo("NOT OK:")
         for p in problems:
             click.echo(f"  - {p}")
+    else:
+        click.echo(f"OK: a memsif memory file (schema, integrity, full-text index and vectors check out); "
+                   f"{_plural(st['messages'], 'message')}, {_plural(st['segments'], 'segment')}, "
+                   f"{_plural(st['core_facts'], 'fact')}")
+    if problems:
         sys.exit(1)
-    click.echo(f"OK: a memsif memory file (schema, integrity, full-text index and vectors check out); "
-               f"{st['messages']} messages, {st['segments']} segments, {st['core_facts']} facts")
 
 
 @main.command()
 @click.option("--db", envvar="MEMSIF_DB", default=None, type=click.Path(dir_okay=False),
-              help="Where to write the demo memory (default: a temporary file).")
-def demo(db: str | None) -> None:
+              help="Where to write the demo memory (default: a temporary file, deleted afterwards).")
+@config_option
+def demo(db: str | None, config: str | None) -> None:
     """Build a memory from a bundled sample conversation and take a short tour."""
-    from .importers import read_jsonl
-    from .memory import Memory
-
     sample = resources.files("memsif_lite.data").joinpath("sample_conversation.jsonl")
     with resources.as_file(sample) as p:
         items = read_jsonl(p)
-    tmp = None
-    if db is None:
-        tmp = tempfile.TemporaryDirectory(prefix="memsif-demo-")
-        db = str(Path(tmp.name) / "demo.db")
-    t0 = time.perf_counter()
-    with Memory(db) as mem:
-        _ingest(mem, items, label="building the demo memory")
-        click.secho(f"\nMemory file {db}: built in {time.perf_counter() - t0:.1f}s, offline (no LLM configured)",
-                    bold=True)
-        for k, v in mem.stats().items():
-            click.echo(f"  {k:14} {v}")
-        click.secho("\nStructure: Topical Segments grouped into Event Trajectories", bold=True)
-        _print_timeline(mem, width=90)
-        for q in ("Which company did Maya join?", "Where does Maya live now?"):
-            click.secho(f"\nsearch: {q}", bold=True)
-            for h in mem.search(q, k=3):
-                click.echo(f"  [{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
-        q = "What did Leo do with his running shoes?"
-        click.secho(f"\nsearch by segment: {q}", bold=True)
-        for h in mem.search(q, k=1, level="segment"):
-            click.echo("  " + h.text.replace("\n", "\n  "))
-        facts = mem.facts(include_superseded=True)
-        if facts:
-            click.secho("\nCoreFacts extracted offline (with history)", bold=True)
-            for f in facts[:14]:
-                until = f"  [superseded {f.valid_to:%Y-%m-%d}]" if f.valid_to else ""
-                click.echo(f"  {f.type:10} {f.stmt}{until}")
-        for q in ("Who is Maya's manager?", "What is the name of Leo's dog?"):
-            a = mem.ask(q, budget_tokens=400)
-            click.secho(f"\nask: {q}", bold=True)
-            click.echo(f"  {a.text}\n  (extractive answer, offline; {a.tokens_in} context tokens; best evidence:)")
-            for e in a.evidence[:3]:
-                click.echo(f"    [{e.at:%Y-%m-%d}] #{','.join(map(str, e.message_ids))} {e.speaker}: {e.stmt[:100]}")
-    if tmp is not None:
-        tmp.cleanup()
-    click.echo("\nDone. Try: memsif ingest FILE --db my.db && memsif search --db my.db \"...\"")
+    with tempfile.TemporaryDirectory(prefix="memsif-demo-") as tmp:
+        where = f"Memory file {db}" if db is not None else "A temporary memory file"
+        path = db if db is not None else str(Path(tmp) / "demo.db")
+        t0 = time.perf_counter()
+        with _open(path, config, create=True) as mem:
+            _ingest(mem, items, label="building the demo memory")
+            _tour(mem, f"{where}: built in {time.perf_counter() - t0:.1f}s, offline (no LLM configured)")
+    if db is not None:
+        click.echo(f"\nDone. The demo memory stays in {db}: try memsif search --db {db} \"where does Maya live?\"")
+    else:
+        click.echo("\nDone. Try: memsif ingest FILE --db my.db && memsif search --db my.db \"...\"")
+
+
+def _tour(mem: Memory, title: str) -> None:
+    click.secho(f"\n{title}", bold=True)
+    _print_stats(mem.stats(), indent="  ")
+    click.secho("\nStructure: Topical Segments grouped into Event Trajectories", bold=True)
+    _print_timeline(mem, width=90)
+    for q in ("Which company did Maya join?", "Where does Maya live now?"):
+        click.secho(f"\nsearch: {q}", bold=True)
+        for h in mem.search(q, k=3):
+            click.echo(f"  [{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
+    q = "What did Leo do with his running shoes?"
+    click.secho(f"\nsearch by segment: {q}", bold=True)
+    for h in mem.search(q, k=1, level="segment"):
+        click.echo("  " + h.text.replace("\n", "\n  "))
+    core = mem.facts(include_superseded=True)
+    if core:
+        click.secho("\nCoreFacts extracted offline (with history)", bold=True)
+        for f in core[:14]:
+            until = f"  [superseded {_day(f.valid_to)}]" if f.valid_to else ""
+            click.echo(f"  {f.type:10} {f.stmt}{until}")
+    for q in ("Who is Maya's manager?", "What is the name of Leo's dog?"):
+        a = mem.ask(q, budget_tokens=400)
+        click.secho(f"\nask: {q}", bold=True)
+        click.echo(f"  {a.text}\n  (extractive answer, offline; {a.tokens_in} context tokens; best evidence:)")
+        for e in a.evidence[:3]:
+            click.echo(f"    [{_day(e.at)}] #{_ids(e.message_ids)} {e.speaker}: {e.stmt[:100]}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
 import pytest
@@ -47,7 +48,7 @@ def test_cli_ingest_search_stats_show(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMSIF_DB", str(db))
     r = runner.invoke(main, ["search", "violin exam", "-k", "2", "--json"])
     assert r.exit_code == 0, r.output
-    hits = [json.loads(line) for line in r.output.splitlines()]
+    hits = json.loads(r.stdout)["results"]
     assert len(hits) == 2 and "violin" in hits[0]["text"] and hits[0]["source_ids"]
     r = runner.invoke(main, ["stats", "--json"])
     assert json.loads(r.output)["messages"] == 7
@@ -61,13 +62,13 @@ def test_cli_reports_memsif_errors_cleanly(tmp_path):
     bad = tmp_path / "notes.db"
     bad.write_text("not a database at all")
     r = CliRunner().invoke(main, ["stats", "--db", str(bad)])
-    assert r.exit_code == 2 and "not an SQLite database" in r.output
+    assert r.exit_code == 1 and "Error:" in r.stderr and "not an SQLite database" in r.stderr
 
 
 def test_cli_demo_runs(tmp_path):
     r = CliRunner().invoke(main, ["demo", "--db", str(tmp_path / "demo.db")])
     assert r.exit_code == 0, r.output
-    assert "messages       41" in r.output and "Trajectory" in r.output and "search:" in r.output
+    assert re.search(r"^  messages +41$", r.output, re.MULTILINE) and "Trajectory" in r.output and "search:" in r.output
 
 
 def test_read_any_dispatches(tmp_path):
