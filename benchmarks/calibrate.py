@@ -34,6 +34,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CachedEmbedder, conversation_files  # noqa: E402
 
 
+class CountingJudge:
+    """Counts how often the boundary judge is asked (the ambiguous band's share of messages)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def continues(self, segment_lines, message_line, score, gap):
+        self.calls += 1
+        return self.inner.continues(segment_lines, message_line, score, gap)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
@@ -45,6 +56,7 @@ def main() -> None:
     from memsif_lite import Config, Memory
     from memsif_lite.embed import OnnxEmbedder
     from memsif_lite.importers import locomo_turns
+    from memsif_lite.segments import OfflineBoundaryJudge
 
     emb = CachedEmbedder(OnnxEmbedder(args.model))
     convs = []
@@ -78,11 +90,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
         for sid, turns, _ in convs:
-            with Memory(Path(d) / f"{sid}.db", embedder=emb, config=cfg) as mem:
+            judge = CountingJudge(OfflineBoundaryJudge(cfg.tau_split, cfg.tau_merge))
+            with Memory(Path(d) / f"{sid}.db", embedder=emb, config=cfg, boundary_judge=judge) as mem:
                 mem.add_many(turns)
                 st = mem.stats()
-                band = mem.con.execute(
-                    "SELECT avg(decision LIKE 'judge_%') FROM message_units WHERE decision != 'first'").fetchone()[0]
+            band = judge.calls / max(len(turns) - 1, 1)
             print(f"| {sid} | {len(turns)} | {st['segments']} | {len(turns) / st['segments']:.1f} | "
                   f"{st['trajectories']} | {band:.2f} |")
 

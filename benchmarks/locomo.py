@@ -23,17 +23,18 @@ Systems:
   interaction structure (hybrid message score + its Topical Segment's and Event Trajectory's
   scores; memsif_lite.retrieval.rank_with_structure), long turns cut to their relevant
   sentences, rendered with dates and resolved relative times (which cost tokens too);
-* ``memsif_no_segments`` / ``memsif_no_trajectories``: the same without that level (query time);
+* ``memsif_no_segments`` / ``memsif_no_trajectories``: the same without that level at query time
+  (``Config(segment_weight=0)`` / ``Config(trajectory_weight=0)`` on the same file);
 * ``hybrid_rag``: turn-level BM25 (FTS5) + dense fused by reciprocal rank fusion;
 * ``naive_rag``: turn-level dense top-k (the paper's Naive RAG); ``bm25``: turn-level BM25;
 * ``recency``: the latest turns that fit (the paper's truncated Full-Context).
 
 Costs: ``ingest_turns_per_s`` counts embedding with the real model (timed once per conversation,
 uncached) plus what the system stores: flat systems store messages, vectors and FTS rows;
-memsif systems also build segments and trajectories (timed with precomputed vectors).
+memsif systems also build segments, trajectories and CoreFacts (timed with precomputed vectors).
 ``query_ms_p50/p95`` time context building only (all budgets). ``file_bytes_per_turn`` is the
-checkpointed file size over turns (flat systems: the same schema with the structure tables
-empty; the benchmark switches the segment step off for them). ``peak_rss_mb`` is the process's
+checkpointed file size over turns (flat systems: ``benchmarks/_flat.py``, an independent store
+with memsif's message tables only — messages, vectors, FTS — and no structure). ``peak_rss_mb`` is the process's
 peak, shared by all systems, unless ``--rss-per-system`` runs each system alone in a subprocess.
 """
 
@@ -81,23 +82,18 @@ class PrecomputedEmbedder:
         return self.inner.embed(texts, kind=kind)
 
 
-def ranking(mem, system: str, question: str) -> list[int]:
-    from memsif_lite.retrieval import rrf
-
-    r = mem.retriever
-    if system == "recency":
-        return [row[0] for row in mem.con.execute("SELECT id FROM messages ORDER BY at DESC, id DESC")]
-    if system == "naive_rag":
-        return r.dense("message_vec", mem.embed_query(question), 200)
-    if system == "bm25":
-        return r.bm25(question, 200)
-    if system == "hybrid_rag":
-        s = rrf(r.dense("message_vec", mem.embed_query(question), 200), r.bm25(question, 200))
-        return [m for m, _ in sorted(s.items(), key=lambda kv: (-kv[1], kv[0]))]
-    raise ValueError(system)
+_QUERY_CACHE: dict[str, np.ndarray] = {}
 
 
-def pack(order: list[int], cost: dict[int, int], budget: int) -> list[int]:
+def real_query(embedder, question: str) -> np.ndarray:
+    """The query vector, cached in process as memsif caches its query vectors (the first budget
+    of a question pays for embedding it, on both sides)."""
+    if question not in _QUERY_CACHE:
+        _QUERY_CACHE[question] = embedder.embed([question], kind="query")[0]
+    return _QUERY_CACHE[question]
+
+
+def pack(order: list[str], cost: dict[str, int], budget: int) -> list[str]:
     used, chosen = 0, []
     for mid in order:
         c = cost[mid]
@@ -117,10 +113,12 @@ def nce(gold: list[str], pos: dict[str, int], n_turns: int) -> bool:
 
 
 def run(args) -> dict:
-    from memsif_lite import Memory
-    from memsif_lite.answer import build_context
+    from _flat import FlatStore
+
+    from memsif_lite import Config, Memory
     from memsif_lite.embed import OnnxEmbedder
     from memsif_lite.importers import locomo_turns
+    from memsif_lite.timeutil import to_stored
     from memsif_lite.tokens import count_tokens
 
     systems = [s for s in args.systems.split(",") if s]
@@ -130,6 +128,8 @@ def run(args) -> dict:
     budgets = [int(b) for b in args.budgets.split(",")]
     real = OnnxEmbedder()
     cached = CachedEmbedder(real, cache_name="locomo") if not args.no_cache else real
+    ablation = {"memsif": Config(), "memsif_no_segments": Config(segment_weight=0.0),
+                "memsif_no_trajectories": Config(trajectory_weight=0.0)}
     convs = conversation_files(args.data)
     totals = {s: {"turns": 0, "ingest_s": 0.0, "bytes": 0, "lat": []} for s in systems}
     per_q: dict[str, dict[int, list[tuple[str, bool, float]]]] = {s: {b: [] for b in budgets} for s in systems}
@@ -144,37 +144,39 @@ def run(args) -> dict:
             real.embed(texts, kind="passage")  # the embedding cost, always measured uncached
             embed_s = time.perf_counter() - t0
             embed_s_total += embed_s
-            if cached is not real:
-                cached.embed(texts, kind="passage")
-            store = {}
-            for variant in ("memsif", "flat"):
-                if variant == "memsif" and not any(s not in FLAT for s in systems):
-                    continue
-                if variant == "flat" and not any(s in FLAT for s in systems):
-                    continue
-                path = Path(d) / f"{sid}-{variant}.db"
+            vecs = cached.embed(texts, kind="passage")
+            cost = {t["source_id"]: count_tokens(f"[{to_stored(t['at'])[:10]}] {t['speaker']}: {t['text']}")
+                    for t in turns}
+            store_s: dict[str, float] = {}
+            size: dict[str, int] = {}
+            mems: dict[str, Memory] = {}
+            flat = None
+            if any(s in FLAT for s in systems):
                 t0 = time.perf_counter()
-                mem = Memory(path, embedder=PrecomputedEmbedder(cached))
-                if variant == "flat":  # flat systems store messages, vectors and FTS rows only
-                    mem.segment_builder.place = lambda *a, **k: None
-                mem.add_many(turns)
-                store_s = time.perf_counter() - t0
-                mem.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                store[variant] = (mem, store_s, path.stat().st_size)
+                flat = FlatStore(Path(d) / f"{sid}-flat.db", real.dim)
+                flat_ids = flat.add(turns, vecs, [to_stored(t["at"]) for t in turns])
+                store_s["flat"] = time.perf_counter() - t0
+                size["flat"] = flat.size()
+                flat_src = dict(zip(flat_ids, (t["source_id"] for t in turns), strict=True))
+            if any(s not in FLAT for s in systems):
+                path = Path(d) / f"{sid}-memsif.db"
+                t0 = time.perf_counter()
+                with Memory(path, embedder=PrecomputedEmbedder(cached)) as mem:
+                    mem.add_many(turns)
+                store_s["memsif"] = time.perf_counter() - t0
+                size["memsif"] = path.stat().st_size  # closing the last connection checkpoints the WAL
+                for s in systems:
+                    if s not in FLAT:
+                        mems[s] = Memory(path, embedder=PrecomputedEmbedder(cached), config=ablation[s])
+                mem_src = {m.id: m.source_id for m in next(iter(mems.values())).messages()}
             known = {t["source_id"] for t in turns}
             pos = {t["source_id"]: i for i, t in enumerate(turns)}
             qas = [q for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
-            mem_any = (store.get("memsif") or store["flat"])[0]
-            id_of = {row[1]: row[0] for row in mem_any.con.execute("SELECT id, source_id FROM messages")}
             for s in systems:
-                mem, store_s, size = store["flat" if s in FLAT else "memsif"]
+                variant = "flat" if s in FLAT else "memsif"
                 totals[s]["turns"] += len(turns)
-                totals[s]["ingest_s"] += embed_s + store_s
-                totals[s]["bytes"] += size
-            for mem, _, _ in store.values():
-                mem.cost = {row[0]: count_tokens(f"[{row[1][:10]}] {row[2]}: {row[3]}")
-                            for row in mem.con.execute("SELECT id, at, speaker, text FROM messages")}
-                mem.src = {row[0]: row[1] for row in mem.con.execute("SELECT id, source_id FROM messages")}
+                totals[s]["ingest_s"] += embed_s + store_s[variant]
+                totals[s]["bytes"] += size[variant]
             for q in qas:
                 gold = gold_ids(q.get("evidence", []), known)
                 if not gold:
@@ -182,22 +184,23 @@ def run(args) -> dict:
                 n_questions += 1
                 cat = CATEGORIES[q["category"]]
                 is_nce = nce(gold, pos, len(turns))
+                question = str(q["question"])
                 for s in systems:
-                    mem = store["flat" if s in FLAT else "memsif"][0]
                     for b in budgets:
                         t0 = time.perf_counter()
                         if s in FLAT:
-                            chosen = pack(ranking(mem, s, str(q["question"])), mem.cost, b)
+                            assert flat is not None
+                            order = [flat_src[m] for m in flat.ranking(s, question, real_query(cached, question))]
+                            have = set(pack(order, cost, b))
                         else:
-                            chosen = build_context(mem, str(q["question"]), b, use_segments=s != "memsif_no_segments",
-                                                   use_trajectories=s != "memsif_no_trajectories").message_ids
+                            have = {mem_src[m] for m in mems[s].context(question, budget_tokens=b).message_ids}
                         totals[s]["lat"].append((time.perf_counter() - t0) * 1000)
-                        have = {mem.src[m] for m in chosen}
                         rec = sum(g in have for g in gold) / len(gold)
                         per_q[s][b].append((cat, is_nce, rec))
-            del id_of
-            for mem, _, _ in store.values():
-                mem.close()
+            for m in mems.values():
+                m.close()
+            if flat is not None:
+                flat.close()
             print(f"conversation {sid}: {len(turns)} turns, {len(qas)} questions", file=sys.stderr)
     if cached is not real:
         cached.save()
@@ -232,6 +235,14 @@ JUDGE_SYSTEM = (
 )
 
 
+def _verdict(obj: dict) -> bool:
+    from memsif_lite.llm import ReplyError
+
+    if not isinstance(obj.get("correct"), bool):
+        raise ReplyError("'correct' must be true or false")
+    return bool(obj["correct"])
+
+
 def accuracy(args) -> dict:
     """Answer accuracy of memsif with an LLM, the online query-state protocol: per conversation,
     ingest with the LLM judges, then ask every question in a seeded shuffled order (clusters and
@@ -240,7 +251,7 @@ def accuracy(args) -> dict:
 
     from memsif_lite import Memory
     from memsif_lite.importers import locomo_turns
-    from memsif_lite.llm import LLM
+    from memsif_lite.llm import LLM, Prompt
 
     kwargs = {"api_base": args.api_base} if args.api_base else {}
     judge = LLM(args.judge or args.llm, kwargs=kwargs)
@@ -261,9 +272,7 @@ def accuracy(args) -> dict:
                     calls_q.append(a.llm_calls)
                     user = json.dumps({"question": q["question"], "gold_answer": str(q.get("answer")),
                                        "answer": a.text}, ensure_ascii=False)
-                    ok = judge.complete_json("judge", JUDGE_SYSTEM, user,
-                                             lambda o: bool(o["correct"]) if isinstance(o.get("correct"), bool)
-                                             else (_ for _ in ()).throw(ValueError("bad")))
+                    ok = judge.complete(Prompt("judge", JUDGE_SYSTEM, user, _verdict, 20))
                     per_cat.setdefault(CATEGORIES[q["category"]], []).append(bool(ok))
     allv = [v for vs in per_cat.values() for v in vs]
     return {"model": args.llm, "judge": args.judge or args.llm,
