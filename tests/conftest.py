@@ -1,15 +1,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from fakes import FakeEmbedder, FakeLLMServer
 
-from fakes import FakeEmbedder, FakeLLMServer  # noqa: E402
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
