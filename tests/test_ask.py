@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES
+from fakes import raw
 from memsif_lite import InvalidInputError, Memory, prompts
 from memsif_lite.importers import read_locomo
 from memsif_lite.timeutil import relative_notes
@@ -26,10 +27,9 @@ def tiny_db(tmp_path_factory, embedder):
     return path
 
 
-def _copy(src: Path, dst: Path) -> Path:
-    with Memory(src) as mem:
-        mem.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    dst.write_bytes(src.read_bytes())
+def _copy(src: Path, dst: Path, embedder) -> Path:
+    with Memory(src, embedder=embedder) as mem:
+        mem.backup(dst)
     return dst
 
 
@@ -75,7 +75,7 @@ def test_relative_dates_are_resolved_next_to_the_session_date():
 
 
 def test_active_fact_promoted_after_recurring_need_then_used_directly(tmp_path, tiny_db, embedder, llm_server):
-    db = _copy(tiny_db, tmp_path / "af.db")
+    db = _copy(tiny_db, tmp_path / "af.db", embedder)
     questions = ["What instrument does Ben play?", "Which instrument is Ben learning?",
                  "What musical instrument does Ben practise?"]
     with Memory(db, embedder=embedder) as mem:
@@ -92,7 +92,8 @@ def test_active_fact_promoted_after_recurring_need_then_used_directly(tmp_path, 
         assert ans.sufficient and not ans.evidence and ans.text == "The violin." and not ans.extractive
         assert any(f.kind == "active" and "violin" in f.stmt for f in ans.facts)
         assert ans.llm_calls == 2 and ans.tokens_in > 0 and ans.tokens_out > 0
-        purposes = [r[0] for r in mem.con.execute("SELECT purpose FROM llm_calls ORDER BY id")]
+        with raw(db) as con:
+            purposes = [r[0] for r in con.execute("SELECT purpose FROM llm_calls ORDER BY id")]
         assert purposes == ["sufficiency", "answer"]
 
 

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from fakes import raw
 from memsif_lite import Config, Memory, prompts
 from memsif_lite.llm import ReplyError, parse_json_object
 
@@ -28,7 +29,9 @@ def test_ingestion_with_llm_judges_records_every_call(db, fake_embedder, llm_ser
         ids = mem.add_many(_convo())
         assert len(ids) == 12
         st = mem.stats()
-        rows = mem.con.execute("SELECT purpose, model, prompt_tokens, completion_tokens, latency_ms, ok FROM llm_calls").fetchall()
+        with raw(db) as con:
+            rows = con.execute("SELECT purpose, model, prompt_tokens, completion_tokens, latency_ms, ok "
+                               "FROM llm_calls").fetchall()
         closed = [s for s in mem.segments() if s.closed]
         assert closed and all(s.label == "A title" for s in closed)
         assert all(t.label == "A title" for t in mem.trajectories())
@@ -131,7 +134,8 @@ def test_llm_core_facts_four_operations_and_invalid_replies(db, fake_embedder, l
         assert mem.fact_history(old.id)[0].stmt == "Maya lives in Lisbon"  # history keeps the old wording
         assert "Maya likes tea" not in by_stmt and "Maya has a cat" not in by_stmt
         assert by_stmt["Maya loves ceramics"].origin == "llm"
-        failures = mem.con.execute("SELECT purpose, error FROM llm_calls WHERE ok=0").fetchall()
+        with raw(db) as con:
+            failures = con.execute("SELECT purpose, error FROM llm_calls WHERE ok=0").fetchall()
     purposes = sorted(p for p, _ in failures)
     # the Mood type, the missing line, and the "delete" operation
     assert purposes == ["fact_extract", "fact_extract", "fact_operation"]
