@@ -111,45 +111,47 @@ def test_promotion_needs_recurring_demand_and_several_sources(tmp_path):
         assert [f.stmt for f in again.active_facts()] == [stmt]  # persists across reopenings
 
 
+FACTS_CONFIG = Config(sem_low=0.0, sem_high=1.0, tau_merge=0.99, tau_split=0.98)
+
+
 def _facts_memory(path, **kw):
-    return Memory(path, embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0, tau_merge=0.99,
-                                                               tau_split=0.98), **kw)
+    return Memory(path, embedder=FakeEmbedder(), config=FACTS_CONFIG, **kw)
 
 
-def test_offline_core_facts_supersede_keeps_history(db):
-    with _facts_memory(db) as mem:
-        mem.add("Maya", "I live in Lisbon and I love tiled facades.", at=T0)
-        mem.add("Leo", "Nice, my sister Clara lives there too.", at=T0 + timedelta(days=1))
-        mem.add("Maya", "Big news: I moved to Porto last week!", at=T0 + timedelta(days=60))
-        mem.add("Leo", "Porto suits you.", at=T0 + timedelta(days=61))  # closes the previous segment
-        current = {f.stmt for f in mem.facts()}
-        assert {"Maya lives in Porto", "Maya loves tiled facades", "Leo has a sister named Clara"} <= current
-        assert "Maya lives in Lisbon" not in current
-        [old] = [f for f in mem.facts(subject="maya", include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
-        [new] = mem.facts(subject="MAYA", type="identity")
-        assert old.superseded_by == new.id and old.valid_to == datetime(2024, 3, 1, 9) and old.message_ids == (1,)
-        assert [e.op for e in mem.fact_history(old.id)] == ["add", "superseded"]
-        assert [e.op for e in mem.fact_history(new.id)] == ["supersede"]
-        assert mem.stats()["superseded_facts"] == 1
-        with pytest.raises(NotFoundError):
-            mem.fact_history(999)
+def test_offline_core_facts_supersede_keeps_history(memory):
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Maya", "I live in Lisbon and I love tiled facades.", at=T0)
+    mem.add("Leo", "Nice, my sister Clara lives there too.", at=T0 + timedelta(days=1))
+    mem.add("Maya", "Big news: I moved to Porto last week!", at=T0 + timedelta(days=60))
+    mem.add("Leo", "Porto suits you.", at=T0 + timedelta(days=61))  # closes the previous segment
+    current = {f.stmt for f in mem.facts()}
+    assert {"Maya lives in Porto", "Maya loves tiled facades", "Leo has a sister named Clara"} <= current
+    assert "Maya lives in Lisbon" not in current
+    [old] = [f for f in mem.facts(subject="maya", include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
+    [new] = mem.facts(subject="MAYA", type="identity")
+    assert old.superseded_by == new.id and old.valid_to == datetime(2024, 3, 1, 9) and old.message_ids == (1,)
+    assert [e.op for e in mem.fact_history(old.id)] == ["add", "superseded"]
+    assert [e.op for e in mem.fact_history(new.id)] == ["supersede"]
+    assert mem.stats()["superseded_facts"] == 1
+    with pytest.raises(NotFoundError):
+        mem.fact_history(999)
 
 
-def test_exact_duplicates_merge_provenance(db):
-    with _facts_memory(db) as mem:
-        mem.add("Maya", "I love ceramics.", at=T0)
-        mem.add("Maya", "As you know, I love ceramics.", at=T0 + timedelta(days=3))
-        mem.add("Leo", "ok", at=T0 + timedelta(days=4))
-        [f] = mem.facts(type="Preference")
-        assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
-        assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
+def test_exact_duplicates_merge_provenance(memory):
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Maya", "I love ceramics.", at=T0)
+    mem.add("Maya", "As you know, I love ceramics.", at=T0 + timedelta(days=3))
+    mem.add("Leo", "ok", at=T0 + timedelta(days=4))
+    [f] = mem.facts(type="Preference")
+    assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
+    assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
 
 
-def test_offline_extractor_does_not_invent(db):
-    with _facts_memory(db) as mem:
-        mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
-            "Do you live in Berlin?", "I love it!", "What do you think about that?", "Hmm, maybe.", "ok"])])
-        assert mem.facts(include_superseded=True) == []
+def test_offline_extractor_does_not_invent(memory):
+    mem = memory(config=FACTS_CONFIG)
+    mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
+        "Do you live in Berlin?", "I love it!", "What do you think about that?", "Hmm, maybe.", "ok"])])
+    assert mem.facts(include_superseded=True) == []
 
 
 def test_forget_message_removes_everything_derived_only_from_it(db):

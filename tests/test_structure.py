@@ -168,7 +168,7 @@ def test_entities_are_deterministic_and_documented_rules():
     assert extract_entities("Hey! We moved...") == extract_entities("Hey! We moved...")
 
 
-def test_real_model_segments_a_topic_change(db, embedder):
+def test_real_model_segments_a_topic_change(memory, embedder):
     """With the calibrated levels, a clear topic change splits and close follow-ups merge."""
     t = datetime(2024, 1, 1, 9)
     talk = [
@@ -180,32 +180,32 @@ def test_real_model_segments_a_topic_change(db, embedder):
         ("Ben", "Tax deadlines are stressful, did you send the receipts to the accountant?"),
         ("Ana", "Yes, all receipts and the income statements went to the accountant last week."),
     ]
-    with Memory(db, embedder=embedder) as mem:
-        mem.add_many([{"speaker": s, "text": x, "at": t + timedelta(minutes=i)} for i, (s, x) in enumerate(talk)])
-        segs = mem.segments()
-        assert len(segs) >= 2
-        seg_of = {m: s.id for s in segs for m in s.message_ids}
-        assert seg_of[1] == seg_of[2] and seg_of[6] == seg_of[7]
-        assert seg_of[3] != seg_of[6]
-        levels = [s.level for s in mem.search("tax accountant", k=1, level="segment")]
-        assert levels == ["segment"]
-        assert 6 in mem.search("tax accountant", k=1, level="segment")[0].message_ids
+    mem = memory(embedder=embedder)
+    mem.add_many([{"speaker": s, "text": x, "at": t + timedelta(minutes=i)} for i, (s, x) in enumerate(talk)])
+    segs = mem.segments()
+    assert len(segs) >= 2
+    seg_of = {m: s.id for s in segs for m in s.message_ids}
+    assert seg_of[1] == seg_of[2] and seg_of[6] == seg_of[7]
+    assert seg_of[3] != seg_of[6]
+    levels = [s.level for s in mem.search("tax accountant", k=1, level="segment")]
+    assert levels == ["segment"]
+    assert 6 in mem.search("tax accountant", k=1, level="segment")[0].message_ids
 
 
-def test_trajectory_links_non_contiguous_segments(db, fake_embedder):
+def test_trajectory_links_non_contiguous_segments(memory):
     cfg = Config(sem_low=0.0, sem_high=1.0, trajectory_threshold=0.5)
     t = datetime(2024, 1, 1, 9)
     words = ["marathon training long run", "sourdough bread baking oven", "marathon training long run race",
              "sourdough bread baking flour", "tax forms accountant receipts"]
-    with Memory(db, embedder=fake_embedder, config=cfg) as mem:
-        for i, w in enumerate(words):
-            mem.add("Ana", w, at=t + timedelta(days=i))
-            mem.add("Ben", w + " indeed", at=t + timedelta(days=i, minutes=1))
-        segs = mem.segments()
-        assert len(segs) == 5
-        traj = {s.id: s.trajectory_id for s in segs}
-        assert traj[1] == traj[3] and traj[2] == traj[4] and traj[1] != traj[2]
-        tr = {t.id: t for t in mem.trajectories()}
-        assert tr[traj[1]].segment_ids == (1, 3)
-        hits = mem.search("marathon race", k=1, level="trajectory")
-        assert hits[0].id == traj[1] and hits[0].message_ids == (1, 2, 5, 6)
+    mem = memory(config=cfg)
+    for i, w in enumerate(words):
+        mem.add("Ana", w, at=t + timedelta(days=i))
+        mem.add("Ben", w + " indeed", at=t + timedelta(days=i, minutes=1))
+    segs = mem.segments()
+    assert len(segs) == 5
+    traj = {s.id: s.trajectory_id for s in segs}
+    assert traj[1] == traj[3] and traj[2] == traj[4] and traj[1] != traj[2]
+    tr = {t.id: t for t in mem.trajectories()}
+    assert tr[traj[1]].segment_ids == (1, 3)
+    hits = mem.search("marathon race", k=1, level="trajectory")
+    assert hits[0].id == traj[1] and hits[0].message_ids == (1, 2, 5, 6)
