@@ -215,11 +215,8 @@ def test_disk_full_leaves_the_file_as_it_was(db):
 
 # -- 3. concurrent use ----------------------------------------------------------------------------
 def _writer(path, tag, n, q):
-    sys.path.insert(0, str(TESTS))
-    from fakes import FakeEmbedder as FE
-
     try:
-        with Memory(path, embedder=FE()) as mem:
+        with Memory(path, embedder=FakeEmbedder()) as mem:
             for i in range(n):
                 mem.add("W", f"{tag} message {i}")
         q.put(("ok", tag))
@@ -228,11 +225,8 @@ def _writer(path, tag, n, q):
 
 
 def _reader(path, seconds, q):
-    sys.path.insert(0, str(TESTS))
-    from fakes import FakeEmbedder as FE
-
     try:
-        with Memory(path, embedder=FE()) as mem:
+        with Memory(path, embedder=FakeEmbedder()) as mem:
             end, n = time.time() + seconds, 0
             while time.time() < end:
                 mem.search("message", k=5)
@@ -365,10 +359,7 @@ def test_export_import_round_trips_everything(tmp_path, sample_messages):
 
 
 def _slow_writer(path, q):
-    sys.path.insert(0, str(TESTS))
-    from fakes import FakeEmbedder as FE
-
-    with Memory(path, embedder=FE()) as mem:
+    with Memory(path, embedder=FakeEmbedder()) as mem:
         q.put("started")
         for i in range(150):
             mem.add("W", f"background message {i}")
