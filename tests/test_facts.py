@@ -194,7 +194,8 @@ def test_forget_never_leaves_a_fact_without_sources(order, k):
              "I adopted a cat named Mochi."]
     with tempfile.TemporaryDirectory() as d:
         with _facts_memory(Path(d) / "m.db") as mem:
-            ids = mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate(texts)])
+            ids = mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)}
+                                for i, t in enumerate(texts)])
             mem.add("Leo", "ok", at=T0 + timedelta(days=9))
             for i in order[:k]:
                 mem.forget(message_id=ids[i])

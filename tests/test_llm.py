@@ -24,7 +24,8 @@ def test_ingestion_with_llm_judges_records_every_call(memory, db, llm_server):
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=5)
     llm_server.route({prompts.BOUNDARY_SYSTEM: '{"continues": true}', prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
                       prompts.EXTRACT_SYSTEM: '{"facts": []}'}, default='{"title": "A title"}')
-    llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}', '```json\n{"continues": false}\n```')
+    llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}',
+                      '```json\n{"continues": false}\n```')
     mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
     ids = mem.add_many(_convo())
     assert len(ids) == 12

@@ -12,7 +12,8 @@ from memsif_lite import Config, ConfigError, InvalidInputError, Memory, NotFound
 class CountingEmbedder:
     def __init__(self, inner):
         self.inner = inner
-        self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.model_id, self.dim, self.metric = inner.model_id, inner.dim, inner.metric
+        self.sem_levels = inner.sem_levels
         self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
         self.texts: list[str] = []
 

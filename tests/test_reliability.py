@@ -291,11 +291,14 @@ def test_check_finds_damaged_vector_chunks(db):
 
 # -- 5. bad input -------------------------------------------------------------------------------------
 text_st = st.one_of(st.text(min_size=1, max_size=300), st.sampled_from([
-    "'; DROP TABLE messages; --", 'x" OR 1=1 --', "NEAR(a b)", "\x00nul\x00 inside", "🙂 emoji and 中文", "a" * 1_000_000]))
+    "'; DROP TABLE messages; --", 'x" OR 1=1 --', "NEAR(a b)", "\x00nul\x00 inside", "🙂 emoji and 中文",
+    "a" * 1_000_000]))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(texts=st.lists(text_st, min_size=1, max_size=4), session=st.one_of(st.none(), st.text(max_size=20), st.integers()))
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(text_st, min_size=1, max_size=4),
+       session=st.one_of(st.none(), st.text(max_size=20), st.integers()))
 def test_any_text_is_stored_verbatim_or_refused_cleanly(tmp_path_factory, texts, session):
     db = tmp_path_factory.mktemp("bad") / "m.db"
     with Memory(db, embedder=FakeEmbedder()) as mem:
