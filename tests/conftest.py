@@ -1,15 +1,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from fakes import FakeEmbedder, FakeLLMServer
 
-from fakes import FakeEmbedder, FakeLLMServer  # noqa: E402
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -46,6 +44,27 @@ def llm_server():
 @pytest.fixture
 def db(tmp_path):
     return tmp_path / "memory.db"
+
+
+@pytest.fixture
+def memory(db):
+    """A factory: ``memory(**kwargs)`` opens ``Memory(db, embedder=FakeEmbedder(), **kwargs)``
+    on this test's ``db`` file (``embedder=`` and ``path=`` override the defaults); every
+    memory it opened is closed at teardown, so a test can call it again to reopen the file.
+    Read what was stored with ``fakes.raw(db)``."""
+    from memsif_lite import Memory
+
+    opened: list[Memory] = []
+
+    def open_memory(*, path=None, embedder=None, **kwargs) -> Memory:
+        mem = Memory(db if path is None else path,
+                     embedder=FakeEmbedder() if embedder is None else embedder, **kwargs)
+        opened.append(mem)
+        return mem
+
+    yield open_memory
+    for mem in reversed(opened):
+        mem.close()
 
 
 def file_bytes(path: Path) -> bytes:

@@ -1,17 +1,50 @@
 """Test doubles that are real enough: a deterministic bag-of-words embedder, and a local
-OpenAI-compatible HTTP server on 127.0.0.1 that answers from a queue of scripted replies."""
+OpenAI-compatible HTTP server on 127.0.0.1 that answers from a queue of scripted replies.
+And ``raw(path)``, for reading a memory file directly, as any other SQLite reader would."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import queue
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
+import apsw
 import numpy as np
+import sqlite_vec
+
+
+@contextlib.contextmanager
+def raw(path: str | Path) -> Iterator[apsw.Connection]:
+    """A separate, read-only apsw connection to the memory file at ``path``, closed on exit.
+
+    The file is the source of truth: tests check what was stored by reading it here rather
+    than through a ``Memory``'s own connection. sqlite-vec is loaded, so the vec0 tables
+    (``message_vec`` and the others) can be read too. The file is in WAL mode, so everything
+    a ``Memory`` has committed is visible, even while that ``Memory`` is still open; what a
+    failed call rolled back is not. Read only: it cannot change the file (a write raises
+    ``apsw.ReadOnlyError``), and a missing file raises ``apsw.CantOpenError`` instead of
+    creating one. For tampering with a file on purpose, open a plain ``apsw.Connection``.
+    Being read only, it cannot tidy up after itself: when it is the last connection out it
+    leaves an empty ``-wal`` and a ``-shm`` beside the file (the next ``Memory`` removes them).
+
+        with raw(db) as con:
+            texts = [t for (t,) in con.execute("SELECT text FROM messages ORDER BY id")]
+    """
+    con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        con.setbusytimeout(5000)
+        con.enable_load_extension(True)
+        con.load_extension(sqlite_vec.loadable_path())
+        con.enable_load_extension(False)
+        yield con
+    finally:
+        con.close()
 
 
 class FakeEmbedder:

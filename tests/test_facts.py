@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import FakeEmbedder
+from fakes import FakeEmbedder, raw
 from memsif_lite import Config, InvalidInputError, Memory, NotFoundError
 from memsif_lite.active_facts import Evidence, is_promoted, query_score, source_score
 from memsif_lite.matching import coherence
@@ -69,27 +69,31 @@ def _store_with_messages(d, n=6, cfg=None):
 def test_duplicate_queries_and_sources_never_change_scores(steps):
     with tempfile.TemporaryDirectory() as d:
         mem = _store_with_messages(d)
+        # needs hook: accumulate evidence for a query (in a write transaction) and read a cluster's two scores
         store = mem.active_facts_store
         for query, mids in steps:
             qv = mem.embed_query(query)
             ev = [Evidence("Ana swims at the city pool", "Ana", tuple(mids))]
             with mem.con:
                 store.accumulate(query, qv, ev)
-        cid = mem.con.execute("SELECT id FROM candidate_clusters").fetchone()[0]
+        with raw(Path(d) / "m.db") as con:
+            cid = con.execute("SELECT id FROM candidate_clusters").fetchone()[0]
         before = store.scores(cid)
         query, mids = steps[-1]
+        ev = [Evidence("Ana swims at the city pool", "Ana", tuple(mids))]
         with mem.con:  # the same query and the same sources again
-            store.accumulate(query, mem.embed_query(query), [Evidence("Ana swims at the city pool", "Ana", tuple(mids))])
+            store.accumulate(query, mem.embed_query(query), ev)
         assert store.scores(cid) == pytest.approx(before)
         src, qry = before
-        promoted = mem.con.execute("SELECT count(*) FROM active_facts").fetchone()[0] == 1
+        with raw(Path(d) / "m.db") as con:
+            promoted = con.execute("SELECT count(*) FROM active_facts").fetchone()[0] == 1
         assert promoted == is_promoted(src, qry, mem.config.theta_s, mem.config.theta_q)
         mem.close()
 
 
 def test_promotion_needs_recurring_demand_and_several_sources(tmp_path):
     mem = _store_with_messages(tmp_path, cfg=Config(sem_low=0.0, sem_high=1.0, theta_s=0.3, theta_q=0.3))
-    store = mem.active_facts_store
+    store = mem.active_facts_store  # needs hook: accumulate evidence for a query (in a write transaction)
     stmt = "Ana swims at the city pool"
     qs = ["where does ana swim", "which pool does ana swim in", "ana swimming pool where"]
     with mem.con:
@@ -107,45 +111,47 @@ def test_promotion_needs_recurring_demand_and_several_sources(tmp_path):
         assert [f.stmt for f in again.active_facts()] == [stmt]  # persists across reopenings
 
 
+FACTS_CONFIG = Config(sem_low=0.0, sem_high=1.0, tau_merge=0.99, tau_split=0.98)
+
+
 def _facts_memory(path, **kw):
-    return Memory(path, embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0, tau_merge=0.99,
-                                                               tau_split=0.98), **kw)
+    return Memory(path, embedder=FakeEmbedder(), config=FACTS_CONFIG, **kw)
 
 
-def test_offline_core_facts_supersede_keeps_history(db):
-    with _facts_memory(db) as mem:
-        mem.add("Maya", "I live in Lisbon and I love tiled facades.", at=T0)
-        mem.add("Leo", "Nice, my sister Clara lives there too.", at=T0 + timedelta(days=1))
-        mem.add("Maya", "Big news: I moved to Porto last week!", at=T0 + timedelta(days=60))
-        mem.add("Leo", "Porto suits you.", at=T0 + timedelta(days=61))  # closes the previous segment
-        current = {f.stmt for f in mem.facts()}
-        assert {"Maya lives in Porto", "Maya loves tiled facades", "Leo has a sister named Clara"} <= current
-        assert "Maya lives in Lisbon" not in current
-        [old] = [f for f in mem.facts(subject="maya", include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
-        [new] = mem.facts(subject="MAYA", type="identity")
-        assert old.superseded_by == new.id and old.valid_to == datetime(2024, 3, 1, 9) and old.message_ids == (1,)
-        assert [e.op for e in mem.fact_history(old.id)] == ["add", "superseded"]
-        assert [e.op for e in mem.fact_history(new.id)] == ["supersede"]
-        assert mem.stats()["superseded_facts"] == 1
-        with pytest.raises(NotFoundError):
-            mem.fact_history(999)
+def test_offline_core_facts_supersede_keeps_history(memory):
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Maya", "I live in Lisbon and I love tiled facades.", at=T0)
+    mem.add("Leo", "Nice, my sister Clara lives there too.", at=T0 + timedelta(days=1))
+    mem.add("Maya", "Big news: I moved to Porto last week!", at=T0 + timedelta(days=60))
+    mem.add("Leo", "Porto suits you.", at=T0 + timedelta(days=61))  # closes the previous segment
+    current = {f.stmt for f in mem.facts()}
+    assert {"Maya lives in Porto", "Maya loves tiled facades", "Leo has a sister named Clara"} <= current
+    assert "Maya lives in Lisbon" not in current
+    [old] = [f for f in mem.facts(subject="maya", include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
+    [new] = mem.facts(subject="MAYA", type="identity")
+    assert old.superseded_by == new.id and old.valid_to == datetime(2024, 3, 1, 9) and old.message_ids == (1,)
+    assert [e.op for e in mem.fact_history(old.id)] == ["add", "superseded"]
+    assert [e.op for e in mem.fact_history(new.id)] == ["supersede"]
+    assert mem.stats()["superseded_facts"] == 1
+    with pytest.raises(NotFoundError):
+        mem.fact_history(999)
 
 
-def test_exact_duplicates_merge_provenance(db):
-    with _facts_memory(db) as mem:
-        mem.add("Maya", "I love ceramics.", at=T0)
-        mem.add("Maya", "As you know, I love ceramics.", at=T0 + timedelta(days=3))
-        mem.add("Leo", "ok", at=T0 + timedelta(days=4))
-        [f] = mem.facts(type="Preference")
-        assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
-        assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
+def test_exact_duplicates_merge_provenance(memory):
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Maya", "I love ceramics.", at=T0)
+    mem.add("Maya", "As you know, I love ceramics.", at=T0 + timedelta(days=3))
+    mem.add("Leo", "ok", at=T0 + timedelta(days=4))
+    [f] = mem.facts(type="Preference")
+    assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
+    assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
 
 
-def test_offline_extractor_does_not_invent(db):
-    with _facts_memory(db) as mem:
-        mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
-            "Do you live in Berlin?", "I love it!", "What do you think about that?", "Hmm, maybe.", "ok"])])
-        assert mem.facts(include_superseded=True) == []
+def test_offline_extractor_does_not_invent(memory):
+    mem = memory(config=FACTS_CONFIG)
+    mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
+        "Do you live in Berlin?", "I love it!", "What do you think about that?", "Hmm, maybe.", "ok"])])
+    assert mem.facts(include_superseded=True) == []
 
 
 def test_forget_message_removes_everything_derived_only_from_it(db):
@@ -155,7 +161,7 @@ def test_forget_message_removes_everything_derived_only_from_it(db):
         b = mem.add("Maya", "I love ceramics.", at=T0 + timedelta(days=31))
         mem.add("Maya", "I love ceramics, really.", at=T0 + timedelta(days=32))
         mem.add("Leo", "ok", at=T0 + timedelta(days=40))
-        with mem.con:
+        with mem.con:  # needs hook: accumulate evidence for a query (in a write transaction)
             mem.active_facts_store.accumulate("where does maya live", mem.embed_query("where does maya live"),
                                               [Evidence("Maya moved to Porto", "Maya", (a,))])
         mem.forget(message_id=a)
@@ -188,7 +194,8 @@ def test_forget_never_leaves_a_fact_without_sources(order, k):
              "I adopted a cat named Mochi."]
     with tempfile.TemporaryDirectory() as d:
         with _facts_memory(Path(d) / "m.db") as mem:
-            ids = mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate(texts)])
+            ids = mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)}
+                                for i, t in enumerate(texts)])
             mem.add("Leo", "ok", at=T0 + timedelta(days=9))
             for i in order[:k]:
                 mem.forget(message_id=ids[i])

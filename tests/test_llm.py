@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from fakes import raw
 from memsif_lite import Config, Memory, prompts
 from memsif_lite.llm import ReplyError, parse_json_object
 
@@ -18,20 +19,23 @@ def _convo(n=12):
              "at": t + timedelta(minutes=i)} for i in range(n)]
 
 
-def test_ingestion_with_llm_judges_records_every_call(db, fake_embedder, llm_server):
+def test_ingestion_with_llm_judges_records_every_call(memory, db, llm_server):
     # a wide band so the boundary judge is consulted for most messages
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=5)
     llm_server.route({prompts.BOUNDARY_SYSTEM: '{"continues": true}', prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
                       prompts.EXTRACT_SYSTEM: '{"facts": []}'}, default='{"title": "A title"}')
-    llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}', '```json\n{"continues": false}\n```')
-    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs()) as mem:
-        ids = mem.add_many(_convo())
-        assert len(ids) == 12
-        st = mem.stats()
-        rows = mem.con.execute("SELECT purpose, model, prompt_tokens, completion_tokens, latency_ms, ok FROM llm_calls").fetchall()
-        closed = [s for s in mem.segments() if s.closed]
-        assert closed and all(s.label == "A title" for s in closed)
-        assert all(t.label == "A title" for t in mem.trajectories())
+    llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}',
+                      '```json\n{"continues": false}\n```')
+    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    ids = mem.add_many(_convo())
+    assert len(ids) == 12
+    st = mem.stats()
+    with raw(db) as con:
+        rows = con.execute("SELECT purpose, model, prompt_tokens, completion_tokens, latency_ms, ok "
+                           "FROM llm_calls").fetchall()
+    closed = [s for s in mem.segments() if s.closed]
+    assert closed and all(s.label == "A title" for s in closed)
+    assert all(t.label == "A title" for t in mem.trajectories())
     assert st["messages"] == 12
     assert st["llm_calls"] == len(rows) >= 11
     assert st["llm_failures"] == 3  # not JSON, HTTP 500, wrong type; the fenced JSON is accepted
@@ -55,16 +59,16 @@ def test_llm_unreachable_falls_back_and_loses_nothing(db, fake_embedder):
     assert st["messages"] == 6 and st["llm_failures"] == st["llm_calls"] >= 5
 
 
-def test_llm_timeout_is_bounded(db, fake_embedder, llm_server):
+def test_llm_timeout_is_bounded(memory, llm_server):
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=0.5)
     llm_server.default = lambda req: {"sleep": 3, "content": '{"continues": true}'}
-    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs()) as mem:
-        import time
+    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    import time
 
-        t0 = time.perf_counter()
-        mem.add_many(_convo(3))
-        assert time.perf_counter() - t0 < 10
-        assert mem.stats()["llm_failures"] >= 2
+    t0 = time.perf_counter()
+    mem.add_many(_convo(3))
+    assert time.perf_counter() - t0 < 10
+    assert mem.stats()["llm_failures"] >= 2
 
 
 @pytest.mark.parametrize("bad", ["", "[1, 2]", '{"a": NaN}', '{"a": 1, "a": 2}', "Sure! {\"continues\": true}",
@@ -98,7 +102,7 @@ def _route_facts(server, script):
     })
 
 
-def test_llm_core_facts_four_operations_and_invalid_replies(db, fake_embedder, llm_server):
+def test_llm_core_facts_four_operations_and_invalid_replies(memory, db, llm_server):
     cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
     fact = lambda stmt, ftype="Identity", lines=(1,): json.dumps(  # noqa: E731
         {"facts": [{"subject": "Maya", "type": ftype, "stmt": stmt, "lines": list(lines)}]})
@@ -116,40 +120,39 @@ def test_llm_core_facts_four_operations_and_invalid_replies(db, fake_embedder, l
     }
     _route_facts(llm_server, script)
     t = datetime(2024, 1, 1, 9)
-    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
-        texts = ["home sweet home", "the river view", "still here", "new city now", "tea time", "meow",
-                 "clay and wheels", "bye"]
-        for i, text in enumerate(texts):
-            mem.add("Maya", text, at=t + timedelta(days=30 * i))
-        facts = mem.facts(include_superseded=True)
-        by_stmt = {f.stmt: f for f in facts}
-        old = by_stmt["Maya lives in Lisbon, near the river"]
-        new = by_stmt["Maya lives in Porto"]
-        assert old.superseded_by == new.id and old.valid_to is not None and old.message_ids == (1, 2, 3)
-        assert [e.op for e in mem.fact_history(old.id)] == ["add", "update", "merge", "superseded"]
-        assert mem.fact_history(old.id)[0].stmt == "Maya lives in Lisbon"  # history keeps the old wording
-        assert "Maya likes tea" not in by_stmt and "Maya has a cat" not in by_stmt
-        assert by_stmt["Maya loves ceramics"].origin == "llm"
-        failures = mem.con.execute("SELECT purpose, error FROM llm_calls WHERE ok=0").fetchall()
+    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    texts = ["home sweet home", "the river view", "still here", "new city now", "tea time", "meow",
+             "clay and wheels", "bye"]
+    for i, text in enumerate(texts):
+        mem.add("Maya", text, at=t + timedelta(days=30 * i))
+    facts = mem.facts(include_superseded=True)
+    by_stmt = {f.stmt: f for f in facts}
+    old = by_stmt["Maya lives in Lisbon, near the river"]
+    new = by_stmt["Maya lives in Porto"]
+    assert old.superseded_by == new.id and old.valid_to is not None and old.message_ids == (1, 2, 3)
+    assert [e.op for e in mem.fact_history(old.id)] == ["add", "update", "merge", "superseded"]
+    assert mem.fact_history(old.id)[0].stmt == "Maya lives in Lisbon"  # history keeps the old wording
+    assert "Maya likes tea" not in by_stmt and "Maya has a cat" not in by_stmt
+    assert by_stmt["Maya loves ceramics"].origin == "llm"
+    with raw(db) as con:
+        failures = con.execute("SELECT purpose, error FROM llm_calls WHERE ok=0").fetchall()
     purposes = sorted(p for p, _ in failures)
     # the Mood type, the missing line, and the "delete" operation
     assert purposes == ["fact_extract", "fact_extract", "fact_operation"]
     assert any("not in the schema" in e for _, e in failures)
 
 
-def test_invalid_operation_target_is_ignored_and_counted(db, fake_embedder, llm_server):
+def test_invalid_operation_target_is_ignored_and_counted(memory, llm_server):
     cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
     script = {"extract": [json.dumps({"facts": [{"subject": "Leo", "type": "Preference", "stmt": s, "lines": [1]}]})
                           for s in ("Leo loves running", "Leo loves running marathons", "Leo loves trail running")],
               "op": ['{"op": "merge", "target": 9}', '{"op": "frobnicate", "target": 1}']}
     _route_facts(llm_server, script)
-    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
-        for i, text in enumerate(["run", "run more", "run trails", "done"]):
-            mem.add("Leo", text, at=datetime(2024, 1, 1) + timedelta(days=i))
-        stmts = sorted(f.stmt for f in mem.facts())
-        st = mem.stats()
+    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    for i, text in enumerate(["run", "run more", "run trails", "done"]):
+        mem.add("Leo", text, at=datetime(2024, 1, 1) + timedelta(days=i))
+    stmts = sorted(f.stmt for f in mem.facts())
+    st = mem.stats()
     assert stmts == ["Leo loves running", "Leo loves running marathons", "Leo loves trail running"]
     assert st["llm_failures"] == 2  # both bad operations fell back to the offline rule (add)
 
@@ -172,12 +175,12 @@ def test_ask_with_a_failing_llm_completes_with_fallbacks(db, fake_embedder, llm_
         assert mem.stats()["messages"] == 2
 
 
-def test_litellm_embedder_over_http(db, llm_server):
+def test_litellm_embedder_over_http(memory, llm_server):
     from memsif_lite.embed import LiteLLMEmbedder
 
     emb = LiteLLMEmbedder("openai/test-embedding", **llm_server.llm_kwargs())
     assert emb.dim == 16 and emb.model_id == "litellm:openai/test-embedding"
-    with Memory(db, embedder=emb, config=Config(sem_low=0.0, sem_high=1.0)) as mem:
-        mem.add("Ana", "bees on the roof")
-        mem.add("Ben", "a violin exam")
-        assert mem.search("roof bees", k=1)[0].text == "bees on the roof"
+    mem = memory(embedder=emb, config=Config(sem_low=0.0, sem_high=1.0))
+    mem.add("Ana", "bees on the roof")
+    mem.add("Ben", "a violin exam")
+    assert mem.search("roof bees", k=1)[0].text == "bees on the roof"

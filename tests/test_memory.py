@@ -12,7 +12,8 @@ from memsif_lite import Config, ConfigError, InvalidInputError, Memory, NotFound
 class CountingEmbedder:
     def __init__(self, inner):
         self.inner = inner
-        self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.model_id, self.dim, self.metric = inner.model_id, inner.dim, inner.metric
+        self.sem_levels = inner.sem_levels
         self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
         self.texts: list[str] = []
 
@@ -34,26 +35,26 @@ class CountingEmbedder:
     {"speaker": "A", "text": "bad \ud800 surrogate"},
     {"speaker": "A", "text": "hi", "colour": "blue"},
 ])
-def test_bad_input_writes_nothing(db, fake_embedder, bad):
-    with Memory(db, embedder=fake_embedder) as mem:
-        mem.add("Z", "already stored")
-        with pytest.raises(InvalidInputError):
-            mem.add_many([{"speaker": "A", "text": "fine"}, bad, {"speaker": "B", "text": "also fine"}])
-        assert [m.text for m in mem.messages()] == ["already stored"]
-        assert mem.stats()["messages"] == 1 and mem.stats()["segments"] == 1
+def test_bad_input_writes_nothing(memory, bad):
+    mem = memory()
+    mem.add("Z", "already stored")
+    with pytest.raises(InvalidInputError):
+        mem.add_many([{"speaker": "A", "text": "fine"}, bad, {"speaker": "B", "text": "also fine"}])
+    assert [m.text for m in mem.messages()] == ["already stored"]
+    assert mem.stats()["messages"] == 1 and mem.stats()["segments"] == 1
 
 
-def test_add_accepts_datetimes_and_defaults_to_now(db, fake_embedder):
-    with Memory(db, embedder=fake_embedder) as mem:
-        before = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
-        i = mem.add("A", "now")
-        j = mem.add("A", "then", at=datetime(2020, 1, 2, 3, 4, 5))
-        k = mem.add("A", "locomo style", at="1:56 pm on 8 May, 2023")
-        assert mem.get(i).at >= before
-        assert mem.get(j).at == datetime(2020, 1, 2, 3, 4, 5)
-        assert mem.get(k).at == datetime(2023, 5, 8, 13, 56)
-        with pytest.raises(NotFoundError):
-            mem.get(999)
+def test_add_accepts_datetimes_and_defaults_to_now(memory):
+    mem = memory()
+    before = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+    i = mem.add("A", "now")
+    j = mem.add("A", "then", at=datetime(2020, 1, 2, 3, 4, 5))
+    k = mem.add("A", "locomo style", at="1:56 pm on 8 May, 2023")
+    assert mem.get(i).at >= before
+    assert mem.get(j).at == datetime(2020, 1, 2, 3, 4, 5)
+    assert mem.get(k).at == datetime(2023, 5, 8, 13, 56)
+    with pytest.raises(NotFoundError):
+        mem.get(999)
 
 
 def test_cache_skips_reembedding(db, embedder):
@@ -69,32 +70,32 @@ def test_cache_skips_reembedding(db, embedder):
     assert counting.texts == ["Ana: I love hiking.", "Ben: Me too."]
 
 
-def test_search_finds_paraphrase_above_unrelated(db, embedder):
-    with Memory(db, embedder=embedder) as mem:
-        mem.add_many([
-            {"speaker": "Ana", "text": "The quarterly tax forms are due next Friday."},
-            {"speaker": "Ana", "text": "My grandmother taught me how to bake sourdough bread."},
-            {"speaker": "Ben", "text": "The train to Porto was delayed by two hours."},
-        ])
-        hits = mem.search("Who showed Ana how to make loaves of bread?", k=3)
-        assert hits[0].text.startswith("My grandmother")
-        assert hits[0].score > hits[-1].score
-        dense_only = mem.search("learning to make pastry from an older relative", k=3)
-        assert dense_only[0].text.startswith("My grandmother")
+def test_search_finds_paraphrase_above_unrelated(memory, embedder):
+    mem = memory(embedder=embedder)
+    mem.add_many([
+        {"speaker": "Ana", "text": "The quarterly tax forms are due next Friday."},
+        {"speaker": "Ana", "text": "My grandmother taught me how to bake sourdough bread."},
+        {"speaker": "Ben", "text": "The train to Porto was delayed by two hours."},
+    ])
+    hits = mem.search("Who showed Ana how to make loaves of bread?", k=3)
+    assert hits[0].text.startswith("My grandmother")
+    assert hits[0].score > hits[-1].score
+    dense_only = mem.search("learning to make pastry from an older relative", k=3)
+    assert dense_only[0].text.startswith("My grandmother")
 
 
-def test_search_validates_arguments(db, fake_embedder):
-    with Memory(db, embedder=fake_embedder) as mem:
-        mem.add("A", "hello")
-        for bad in ("", "   "):
-            with pytest.raises(InvalidInputError):
-                mem.search(bad)
+def test_search_validates_arguments(memory):
+    mem = memory()
+    mem.add("A", "hello")
+    for bad in ("", "   "):
         with pytest.raises(InvalidInputError):
-            mem.search("x", k=0)
-        with pytest.raises(InvalidInputError):
-            mem.search("x", level="paragraph")
-        # FTS syntax in a query is data, not syntax
-        assert mem.search('hello" OR NEAR(a b) AND * -- ;DROP TABLE messages', k=1)[0].text == "hello"
+            mem.search(bad)
+    with pytest.raises(InvalidInputError):
+        mem.search("x", k=0)
+    with pytest.raises(InvalidInputError):
+        mem.search("x", level="paragraph")
+    # FTS syntax in a query is data, not syntax
+    assert mem.search('hello" OR NEAR(a b) AND * -- ;DROP TABLE messages', k=1)[0].text == "hello"
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -17,16 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import FakeEmbedder
+from fakes import FakeEmbedder, raw
 from memsif_lite import Config, EmbeddingError, InvalidInputError, Memory, MemoryFileError, MemsifError
 
 TESTS = Path(__file__).parent
-
-
-def _hash_state(path):
-    with Memory(path, embedder=FakeEmbedder()) as mem:
-        rows = mem.con.execute("SELECT id, speaker, text FROM messages ORDER BY id").fetchall()
-        return rows, mem.stats(), [s.message_ids for s in mem.segments()]
 
 
 # -- 1. crash safety (kill -9) ------------------------------------------------------------------
@@ -61,8 +55,9 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path, kill_after):
     proc.wait()
     with Memory(db, embedder=FakeEmbedder()) as mem:
         assert mem.check() == []
-        texts = {t for (t,) in mem.con.execute("SELECT text FROM messages")}
-        assert mem.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    with raw(db) as con:
+        texts = {t for (t,) in con.execute("SELECT text FROM messages")}
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     for i in range(acked + 1):
         assert f"message {i} about topic {i % 7}" in texts and f"reply {i} on topic {i % 7}" in texts
     assert len(texts) % 2 == 0  # a batch is all or nothing
@@ -135,7 +130,7 @@ def test_power_loss_keeps_every_committed_add_with_synchronous_full(tmp_path, sy
         for i in range(25):
             mem.add("A", f"committed message {i}")
         vfs.power_cut()  # the machine dies: nothing unsynced reaches the disk
-        mem.con.close()
+        mem.con.close()  # needs hook: drop the Memory's connection without an orderly close (a crash)
     finally:
         vfs.unregister()
     try:
@@ -169,10 +164,10 @@ class NaNEmbedder(FakeEmbedder):
 def test_embedder_failure_leaves_the_file_unchanged(db):
     with Memory(db, embedder=BrokenEmbedder()) as mem:
         mem.add_many([{"speaker": "A", "text": f"fine {i}"} for i in range(5)])
-        before = mem.con.execute("SELECT count(*) FROM messages").fetchone()[0]
+        before = _state(db, mem)
         with pytest.raises(EmbeddingError):
             mem.add_many([{"speaker": "A", "text": "ok"}, {"speaker": "A", "text": "boom"}])
-        assert mem.con.execute("SELECT count(*) FROM messages").fetchone()[0] == before
+        assert _state(db, mem) == before
     with Memory(db, embedder=NaNEmbedder(model_id="fake-bow-32")) as mem:
         with pytest.raises(EmbeddingError, match="NaN"):
             mem.add("A", "nan please")
@@ -182,45 +177,46 @@ def test_embedder_failure_leaves_the_file_unchanged(db):
 def test_failure_inside_the_structure_step_rolls_back_everything(db):
     with Memory(db, embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0)) as mem:
         mem.add_many([{"speaker": "A", "text": f"alpha {i}"} for i in range(4)])
-        snapshot = _state(mem)
+        snapshot = _state(db, mem)
 
         def broken_judge(*a, **k):
             raise RuntimeError("judge bug")
 
+        # needs hook: a boundary judge that raises, consulted for every message (the whole band)
         mem.segment_builder.judge.continues = broken_judge
         mem.segment_builder.tau_merge, mem.segment_builder.tau_split = 0.999, 0.0  # everything goes to the judge
         with pytest.raises(RuntimeError):
             mem.add_many([{"speaker": "B", "text": "beta one"}, {"speaker": "B", "text": "beta two"}])
-        assert _state(mem) == snapshot
+        assert _state(db, mem) == snapshot
 
 
-def _state(mem):
-    return [mem.con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-            for t in ("messages", "segments", "message_units", "trajectories", "core_facts")] + [
-        mem.con.execute("SELECT count(*) FROM message_vec").fetchone(), mem.stats()]
+def _state(path, mem):
+    """What the file holds (read directly), and what ``mem`` reports about it."""
+    with raw(path) as con:
+        return [con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
+                for t in ("messages", "segments", "message_units", "trajectories", "core_facts")] + [
+            con.execute("SELECT count(*) FROM message_vec").fetchone(), mem.stats()]
 
 
 def test_disk_full_leaves_the_file_as_it_was(db):
     with Memory(db, embedder=FakeEmbedder()) as mem:
         mem.add_many([{"speaker": "A", "text": f"seed {i}"} for i in range(5)])
-        snapshot = _state(mem)
-        pages = mem.con.execute("PRAGMA page_count").fetchone()[0]
-        mem.con.execute(f"PRAGMA max_page_count={pages + 2}")
+        snapshot = _state(db, mem)
+        with raw(db) as con:
+            pages = con.execute("PRAGMA page_count").fetchone()[0]
+        mem.con.execute(f"PRAGMA max_page_count={pages + 2}")  # needs hook: limit the file's size (a full disk)
         with pytest.raises(apsw.FullError):
             mem.add_many([{"speaker": "A", "text": "x" * 20000 + f" {i}"} for i in range(30)])
-        assert _state(mem) == snapshot
-        mem.con.execute("PRAGMA max_page_count=4294967294")
+        assert _state(db, mem) == snapshot
+        mem.con.execute("PRAGMA max_page_count=4294967294")  # needs hook: lift the size limit again
         mem.add("A", "room again")
         assert mem.stats()["messages"] == 6 and mem.check() == []
 
 
 # -- 3. concurrent use ----------------------------------------------------------------------------
 def _writer(path, tag, n, q):
-    sys.path.insert(0, str(TESTS))
-    from fakes import FakeEmbedder as FE
-
     try:
-        with Memory(path, embedder=FE()) as mem:
+        with Memory(path, embedder=FakeEmbedder()) as mem:
             for i in range(n):
                 mem.add("W", f"{tag} message {i}")
         q.put(("ok", tag))
@@ -229,11 +225,8 @@ def _writer(path, tag, n, q):
 
 
 def _reader(path, seconds, q):
-    sys.path.insert(0, str(TESTS))
-    from fakes import FakeEmbedder as FE
-
     try:
-        with Memory(path, embedder=FE()) as mem:
+        with Memory(path, embedder=FakeEmbedder()) as mem:
             end, n = time.time() + seconds, 0
             while time.time() < end:
                 mem.search("message", k=5)
@@ -256,9 +249,10 @@ def test_two_writers_and_a_reader_lose_nothing(db):
     for p in procs:
         p.join(timeout=30)
     assert all(r[0] == "ok" for r in results), results
+    with raw(db) as con:
+        texts = {t for (t,) in con.execute("SELECT text FROM messages")}
+    assert texts == {f"{t} message {i}" for t in "ab" for i in range(60)}
     with Memory(db, embedder=FakeEmbedder()) as mem:
-        texts = {t for (t,) in mem.con.execute("SELECT text FROM messages")}
-        assert texts == {f"{t} message {i}" for t in "ab" for i in range(60)}
         assert mem.check() == []
         segs = mem.segments()
         assert sum(len(s.message_ids) for s in segs) == 120 and sum(not s.closed for s in segs) == 1
@@ -297,11 +291,14 @@ def test_check_finds_damaged_vector_chunks(db):
 
 # -- 5. bad input -------------------------------------------------------------------------------------
 text_st = st.one_of(st.text(min_size=1, max_size=300), st.sampled_from([
-    "'; DROP TABLE messages; --", 'x" OR 1=1 --', "NEAR(a b)", "\x00nul\x00 inside", "🙂 emoji and 中文", "a" * 1_000_000]))
+    "'; DROP TABLE messages; --", 'x" OR 1=1 --', "NEAR(a b)", "\x00nul\x00 inside", "🙂 emoji and 中文",
+    "a" * 1_000_000]))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(texts=st.lists(text_st, min_size=1, max_size=4), session=st.one_of(st.none(), st.text(max_size=20), st.integers()))
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(text_st, min_size=1, max_size=4),
+       session=st.one_of(st.none(), st.text(max_size=20), st.integers()))
 def test_any_text_is_stored_verbatim_or_refused_cleanly(tmp_path_factory, texts, session):
     db = tmp_path_factory.mktemp("bad") / "m.db"
     with Memory(db, embedder=FakeEmbedder()) as mem:
@@ -317,13 +314,14 @@ def test_any_text_is_stored_verbatim_or_refused_cleanly(tmp_path_factory, texts,
 
 
 # -- 7. portability -------------------------------------------------------------------------------------
-def _full_state(mem):
+def _full_state(path):
     tables = ["messages", "segments", "trajectories", "message_units", "core_facts", "fact_sources", "fact_history",
               "candidate_clusters", "cluster_statements", "cluster_evidence", "cluster_queries", "active_facts",
               "llm_calls"]
-    out = {t: mem.con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in tables}
-    for v in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec"):
-        out[v] = mem.con.execute(f"SELECT rowid, embedding FROM {v} ORDER BY rowid").fetchall()
+    with raw(path) as con:
+        out = {t: con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in tables}
+        for v in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec"):
+            out[v] = con.execute(f"SELECT rowid, embedding FROM {v} ORDER BY rowid").fetchall()
     return out
 
 
@@ -337,15 +335,16 @@ def test_export_import_round_trips_everything(tmp_path, sample_messages):
         moved = mem.add("Maya", "I moved to Braga!")
         mem.add("Leo", "Braga is lovely.")
         for q in ("where does maya live", "maya home city"):
+            # needs hook: accumulate ActiveFact evidence for a query (as ask() does after an LLM call)
             mem._accumulate(q, mem.embed_query(q), [Evidence("Maya lives in Braga", "Maya", (moved,)),
                                                     Evidence("Maya lives in Braga", "Maya", (12,))])
         assert mem.facts(include_superseded=True) and mem.candidates()
         n = mem.export_to(tmp_path / "dump.jsonl")
-        state = _full_state(mem)
+        state = _full_state(src)
     assert n > 100
     with Memory(tmp_path / "dst.db", embedder=emb, config=Config(sem_low=0.0, sem_high=1.0)) as new:
         new.import_from(tmp_path / "dump.jsonl")
-        assert _full_state(new) == state
+        assert _full_state(tmp_path / "dst.db") == state
         assert {h.text for h in new.search("Braga", k=2)} == {"I moved to Braga!", "Braga is lovely."}
         assert new.check() == []
         with pytest.raises(InvalidInputError, match="fresh"):
@@ -363,10 +362,7 @@ def test_export_import_round_trips_everything(tmp_path, sample_messages):
 
 
 def _slow_writer(path, q):
-    sys.path.insert(0, str(TESTS))
-    from fakes import FakeEmbedder as FE
-
-    with Memory(path, embedder=FE()) as mem:
+    with Memory(path, embedder=FakeEmbedder()) as mem:
         q.put("started")
         for i in range(150):
             mem.add("W", f"background message {i}")

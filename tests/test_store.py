@@ -16,8 +16,8 @@ from memsif_lite import (
     NotAMemoryFileError,
     SchemaVersionError,
 )
+from fakes import FakeEmbedder, raw
 from memsif_lite import store
-from fakes import FakeEmbedder
 
 
 def _snapshot(path):
@@ -36,11 +36,11 @@ def test_create_reopen_round_trip(db, embedder):
         assert msgs[0].session == "s1" and msgs[1].session is None
         assert mem.stats()["messages"] == 2
         assert mem.search("Lisbon", k=1)[0].id == a
-    con = apsw.Connection(str(db))
-    assert con.execute("PRAGMA application_id").fetchone()[0] == store.APPLICATION_ID
-    assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
-    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    with raw(db) as con:
+        assert con.execute("PRAGMA application_id").fetchone()[0] == store.APPLICATION_ID
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
     assert meta["embedding_model"] == embedder.model_id and meta["embedding_dim"] == "384"
 
 
@@ -102,7 +102,8 @@ def test_foreign_trigger_refused(db, fake_embedder):
     with Memory(db, embedder=fake_embedder) as mem:
         mem.add("A", "hello there")
     con = apsw.Connection(str(db))
-    con.execute("CREATE TABLE stolen(x); CREATE TRIGGER t AFTER INSERT ON messages BEGIN INSERT INTO stolen VALUES(new.text); END;")
+    con.execute("CREATE TABLE stolen(x); "
+                "CREATE TRIGGER t AFTER INSERT ON messages BEGIN INSERT INTO stolen VALUES(new.text); END;")
     con.close()
     with pytest.raises(MemoryFileError, match="trigger t"):
         Memory(db, embedder=fake_embedder)
@@ -121,17 +122,19 @@ def test_migrations_are_stepwise(db, fake_embedder):
     con.execute("PRAGMA journal_mode=WAL")
     con.execute(store._render(store.migrations()[0][1], 32))
     con.execute(f"PRAGMA application_id={store.APPLICATION_ID}; PRAGMA user_version=1")
-    con.execute("INSERT INTO meta VALUES('embedding_model','fake-bow-32'),('embedding_dim','32'),('embedding_metric','cosine')")
+    con.execute("INSERT INTO meta VALUES('embedding_model','fake-bow-32'),('embedding_dim','32'),"
+                "('embedding_metric','cosine')")
     con.close()
     with Memory(db, embedder=fake_embedder) as mem:
         mem.add("A", "after the upgrade")
         assert mem.stats()["messages"] == 1
-    con = apsw.Connection(str(db))
-    assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
+    with raw(db) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
 
 
 def test_import_is_light():
-    code = ("import sys, memsif_lite; heavy = [m for m in ('onnxruntime', 'litellm', 'tokenizers') if m in sys.modules]; "
+    code = ("import sys, memsif_lite; "
+            "heavy = [m for m in ('onnxruntime', 'litellm', 'tokenizers') if m in sys.modules]; "
             "print(heavy); sys.exit(1 if heavy else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
