@@ -42,7 +42,8 @@ class CachedEmbedder:
 
     def __init__(self, inner, cache_name: str = "vectors"):
         self.inner = inner
-        self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.model_id, self.dim, self.metric = inner.model_id, inner.dim, inner.metric
+        self.sem_levels = inner.sem_levels
         self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
         CACHE.mkdir(exist_ok=True)
         self.path = CACHE / f"{cache_name}-{inner.model_id}.npz"
@@ -60,7 +61,7 @@ class CachedEmbedder:
         miss = [i for i, k in enumerate(keys) if k not in self.mem]
         if miss:
             vecs = self.inner.embed([texts[i] for i in miss], kind=kind)
-            for i, v in zip(miss, vecs):
+            for i, v in zip(miss, vecs, strict=True):
                 self.mem[keys[i]] = v
             self.dirty = True
             self.misses += len(miss)

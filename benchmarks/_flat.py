@@ -21,14 +21,15 @@ SCHEMA = Path(__file__).resolve().parent.parent / "sql" / "0001_messages.sql"
 
 
 class FlatStore:
-    def __init__(self, path: Path, dim: int):
+    def __init__(self, path: Path, dim: int, *, create: bool = True):
         self.path = path
         self.con = apsw.Connection(str(path))
         self.con.enable_load_extension(True)
         self.con.load_extension(sqlite_vec.loadable_path())
         self.con.enable_load_extension(False)
-        self.con.execute("PRAGMA journal_mode=WAL")
-        self.con.execute(SCHEMA.read_text(encoding="utf-8").replace("{dim}", str(dim)))
+        if create:  # else: read the message tables of an existing (memsif) file
+            self.con.execute("PRAGMA journal_mode=WAL")
+            self.con.execute(SCHEMA.read_text(encoding="utf-8").replace("{dim}", str(dim)))
 
     def add(self, turns: list[dict], vecs: np.ndarray, at: list[str]) -> list[int]:
         ids = []

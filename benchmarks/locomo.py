@@ -75,7 +75,8 @@ class PrecomputedEmbedder:
 
     def __init__(self, inner):
         self.inner = inner
-        self.model_id, self.dim, self.metric, self.sem_levels = inner.model_id, inner.dim, inner.metric, inner.sem_levels
+        self.model_id, self.dim, self.metric = inner.model_id, inner.dim, inner.metric
+        self.sem_levels = inner.sem_levels
         self.query_levels = getattr(inner, "query_levels", inner.sem_levels)
 
     def embed(self, texts, *, kind):
@@ -210,8 +211,7 @@ def run(args) -> dict:
     for s in systems:
         rec = {}
         for b in budgets:
-            rows = per_q[s][b]
-            def avg(sel):
+            def avg(sel, rows=per_q[s][b]):
                 vals = [r for c, n, r in rows if sel(c, n)]
                 return round(float(np.mean(vals)), 4) if vals else None
             rec[str(b)] = {"all": avg(lambda c, n: True), **{name: avg(lambda c, n, name=name: c == name)
@@ -286,7 +286,8 @@ def accuracy(args) -> dict:
 def table(res: dict) -> str:
     budgets = res["budgets"]
     lines = ["| system | " + " | ".join(f"all@{b}" for b in budgets) + " | " +
-             " | ".join(f"{c}@{budgets[len(budgets) // 2]}" for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce"))
+             " | ".join(f"{c}@{budgets[len(budgets) // 2]}"
+                        for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce"))
              + " | ingest turns/s | query ms p50/p95 | bytes/turn |",
              "|---" * (len(budgets) + 9) + "|"]
     mid = str(budgets[len(budgets) // 2])
@@ -295,7 +296,8 @@ def table(res: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(f"{r[str(b)]['all']:.3f}" for b in budgets) + " | " +
                      " | ".join(f"{r[mid][c]:.3f}" if r[mid][c] is not None else "–"
                                 for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce")) +
-                     f" | {s['ingest_turns_per_s']} | {s['query_ms_p50']}/{s['query_ms_p95']} | {s['file_bytes_per_turn']:.0f} |")
+                     f" | {s['ingest_turns_per_s']} | {s['query_ms_p50']}/{s['query_ms_p95']}"
+                     f" | {s['file_bytes_per_turn']:.0f} |")
     return "\n".join(lines)
 
 
@@ -339,7 +341,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     res = run(args)
-    for name, sysres in res["systems"].items():
+    for sysres in res["systems"].values():
         sysres["peak_rss_mb"] = res["peak_rss_mb"]  # the shared process's peak ...
     if args.rss_per_system:  # ... or each system's own, measured alone
         import subprocess

@@ -73,10 +73,11 @@ def generate(n: int, seed: int = 0):
             text = " ".join(list(rng.choice(words[k], 3)) + list(rng.choice(FILLER, 5))) + f" #{i}"
             v = _unit(0.8 * centres[k] + 0.6 * _unit(rng.standard_normal(DIM)))
             table[f"{speaker}: {text}"] = v
-            msgs.append({"speaker": speaker, "text": text, "at": f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(t0 + 60 * i))}"})
+            at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0 + 60 * i))
+            msgs.append({"speaker": speaker, "text": text, "at": at})
             topic_of.append(k)
     queries = []
-    for j in range(50):
+    for _ in range(50):
         k = int(rng.integers(n_topics))
         q = f"what about {words[k][0]} and {words[k][1]}"
         table[q] = _unit(0.8 * centres[k] + 0.6 * _unit(rng.standard_normal(DIM)))
@@ -105,7 +106,7 @@ def run_size(n: int, workdir: Path) -> dict:
             mem.search(q, k=10)
             search_ms.append((time.perf_counter() - t) * 1000)
         stats = mem.stats()
-        mem.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    # closing the last connection checkpointed the WAL: the file's size is the data's
     V = np.stack([table[f"{m['speaker']}: {m['text']}"] for m in msgs])
     brute = []
     for q in queries:
@@ -143,7 +144,8 @@ def main() -> None:
             print(json.dumps(r), flush=True)
     Path(args.out).write_text(json.dumps({"runs": runs, "machine": machine(),
                                           "date": time.strftime("%Y-%m-%d")}, indent=2))
-    print("| messages | ingest ms/msg | context ms p50/p95 | search ms p50/p95 | numpy scan ms p50 | file MB | peak RSS MB |")
+    print("| messages | ingest ms/msg | context ms p50/p95 | search ms p50/p95 | numpy scan ms p50 | file MB "
+          "| peak RSS MB |")
     print("|---|---|---|---|---|---|---|")
     for r in runs:
         print(f"| {r['messages']} | {r['ingest_ms_per_message']} | {r['query_ms_p50']}/{r['query_ms_p95']} | "

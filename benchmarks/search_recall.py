@@ -29,7 +29,7 @@ def main() -> None:
     from memsif_lite import Memory
     from memsif_lite.embed import OnnxEmbedder
     from memsif_lite.importers import locomo_turns
-    from memsif_lite.retrieval import rrf
+    from _flat import FlatStore
 
     emb = OnnxEmbedder()
     ks = (5, 10)
@@ -44,11 +44,12 @@ def main() -> None:
                 emb.embed([f"{t['speaker']}: {t['text']}" for t in turns], kind="passage")
                 embed_s += time.perf_counter() - t0
                 mem.add_many(turns)
-                mem.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                turns_total += len(turns)
-                src = dict(mem.con.execute("SELECT id, source_id FROM messages").fetchall())
+            bytes_total += path.stat().st_size  # closing checkpointed the WAL
+            turns_total += len(turns)
+            with Memory(path, embedder=emb) as mem:
+                flat = FlatStore(path, emb.dim, create=False)  # the same file's message tables, read directly
+                src = {m.id: m.source_id for m in mem.messages()}
                 known = set(src.values())
-                r = mem.retriever
                 for q in sample.get("qa", []):
                     if q.get("category") not in CATEGORIES:
                         continue
@@ -56,20 +57,21 @@ def main() -> None:
                     if not gold:
                         continue
                     question = str(q["question"])
-                    dense = r.dense("message_vec", mem.embed_query(question), 50)
-                    bm25 = r.bm25(question, 50)
-                    fused = [m for m, _ in sorted(rrf(dense, bm25).items(), key=lambda kv: (-kv[1], kv[0]))]
+                    dense = flat.dense(emb.embed([question], kind="query")[0], 50)
+                    bm25 = flat.bm25(question, 50)
+                    fused = [h.id for h in mem.search(question, k=10)]  # what Memory.search returns
                     for name, ranking in (("dense", dense), ("bm25", bm25), ("hybrid", fused)):
                         for k in ks:
                             top = {src[m] for m in ranking[:k]}
                             hits[name][k].append(sum(g in top for g in gold) / len(gold))
-            bytes_total += path.stat().st_size
+                flat.close()
     print(f"machine: {machine()}")
     print(f"questions: {len(hits['dense'][5])}, turns: {turns_total}")
     print("| ranking | recall@5 | recall@10 |\n|---|---|---|")
     for name, by_k in hits.items():
         print(f"| {name} | {np.mean(by_k[5]):.3f} | {np.mean(by_k[10]):.3f} |")
-    print(f"embedding throughput: {turns_total / embed_s:.0f} turns/s; file size: {bytes_total / turns_total:.0f} bytes/message")
+    print(f"embedding throughput: {turns_total / embed_s:.0f} turns/s; "
+          f"file size: {bytes_total / turns_total:.0f} bytes/message")
 
 
 if __name__ == "__main__":

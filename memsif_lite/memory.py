@@ -4,7 +4,6 @@ the lock and delegates to the ingest pipeline, the query pipeline or the data-ac
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -16,10 +15,9 @@ from .db import Database, to_message
 from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError
 from .forgetting import forget_fact, forget_message
-from .llm import LLM, CallRecord
 from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
-from .timeutil import from_stored, now_stored, to_stored
+from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge, list_trajectories
 from .types import ActiveFact, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment, Trajectory
 
@@ -58,38 +56,22 @@ class Memory:
         self._closed = True
         info = store.inspect(self.path)  # refuses foreign/newer/hostile files before anything else
         emb = embedder or pipelines.embedder_for(cfg, info)
-        if info is not None:
+        if info is not None:  # a file made with another model is refused before it is opened for writing
             store.check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, self.path)
         con = store.connect(self.path, dim=emb.dim, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms,
                             initial_meta=pipelines.initial_meta(emb))
         self._db = Database(con)
         try:
             with store.map_errors():
-                self._check_meta(emb)
+                pipelines.check_meta(self._db, emb, cfg, self.path)
         except BaseException:
             self._db.close()
             raise
         self._closed = False
-        self._llm = LLM(llm, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=llm_kwargs,
-                        record=self._record_llm_call) if llm is not None else None
+        self._llm = pipelines.make_llm(self._db, llm, llm_kwargs, cfg)
         self._p = pipelines.build(self._db, cfg, emb, self._llm, boundary_judge=boundary_judge,
                                   trajectory_judge=trajectory_judge)
 
-    def _check_meta(self, emb: Embedder) -> None:
-        meta = self._db.admin.meta()
-        store.check_embedding(meta, emb.model_id, emb.dim, emb.metric, self.path)
-        schema = json.dumps([{"name": t.name, "description": t.description} for t in self.config.fact_schema])
-        if meta.get("fact_schema") != schema:  # the file describes itself: record the schema in use
-            with self._db.write():
-                self._db.admin.set_meta(fact_schema=schema)
-
-    def _record_llm_call(self, r: CallRecord) -> None:
-        with store.map_errors():
-            self._db.admin.record_llm_call(at=now_stored(), purpose=r.purpose, model=r.model,
-                                           prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-                                           latency_ms=r.latency_ms, ok=r.ok, error=r.error)
-
-    # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Memory":
         return self
 
@@ -134,13 +116,8 @@ class Memory:
         self._check_question(question, 2000)
         if not all(isinstance(e, Evidence) for e in evidence):
             raise InvalidInputError("evidence must be a sequence of memsif_lite.Evidence")
-        with self._session() as db:
-            missing = [m for e in evidence for m in e.message_ids if not db.messages.exists(m)]
-            if missing:
-                raise NotFoundError(f"no message with id {missing[0]}")
-            qvec = self._p.embeddings.query(question)
-            with db.write():
-                self._p.active_facts.accumulate(question, qvec, evidence)
+        with self._session():
+            self._p.query.accumulate(question, evidence)
 
     def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
         """Delete a message (and everything derived only from it) or a CoreFact, in one
@@ -172,10 +149,9 @@ class Memory:
 
     def get(self, message_id: int) -> Message:
         with self._session() as db:
-            row = db.messages.get(message_id)
-        if row is None:
-            raise NotFoundError(f"no message with id {message_id}")
-        return to_message(row)
+            if (row := db.messages.get(message_id)) is None:
+                raise NotFoundError(f"no message with id {message_id}")
+            return to_message(row)
 
     def messages(self) -> list[Message]:
         with self._session() as db:
@@ -224,34 +200,15 @@ class Memory:
     # -- portability and health ------------------------------------------------------------------
     def export_to(self, path: str | Path) -> int:
         """Write everything (messages with vectors, structure, facts with history, clusters,
-        LLM-call accounting) as JSON lines; returns the number of lines."""
-        tmp = Path(f"{path}.partial")
-        n = 0
-        with self._session() as db, db.read():  # one read transaction: a consistent snapshot
-            try:
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    for obj in db.admin.export():
-                        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-                        n += 1
-                tmp.replace(path)
-            except OSError as e:
-                tmp.unlink(missing_ok=True)
-                raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from None
-        return n
+        LLM-call accounting) as JSON lines from one consistent snapshot; returns the line count."""
+        with self._session() as db, db.read():
+            return db.admin.export_to(Path(path))
 
     def import_from(self, path: str | Path) -> dict[str, int]:
         """Load an export into this (fresh) memory file, in one transaction."""
+        emb = self._p.embeddings.embedder
         with self._session() as db:
-            try:
-                fh = open(path, encoding="utf-8")
-            except OSError as e:
-                raise InvalidInputError(f"cannot read {path}: {e.strerror or e}") from None
-            emb = self._p.embeddings.embedder
-            try:
-                with fh, db.write():
-                    return db.admin.import_(fh, model_id=emb.model_id, dim=emb.dim)
-            except UnicodeDecodeError:
-                raise InvalidInputError(f"{path} is not a memsif export (not UTF-8 text)") from None
+            return db.admin.import_from(Path(path), model_id=emb.model_id, dim=emb.dim)
 
     def backup(self, dest: str | Path) -> None:
         """A consistent, self-contained copy (``VACUUM INTO``), safe while others write."""

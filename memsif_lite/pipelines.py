@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
 
 import apsw
 import sqlite_vec
@@ -20,16 +22,16 @@ from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOpe
 from .db import Database
 from .embed import Embedder, Embeddings, resolve_embedder
 from .ingest import IngestPipeline
-from .llm import LLM
+from .llm import LLM, CallRecord
 from .query import QueryPipeline
 from .retrieval import Retriever
 from .segments import BoundaryJudge, LLMBoundaryJudge, OfflineBoundaryJudge, SegmentBuilder
-from .store import FileInfo
+from .store import FileInfo, check_embedding, map_errors
 from .timeutil import now_stored
 from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, TrajectoryBuilder, TrajectoryJudge
 from .version import __version__
 
-__all__ = ["Pipelines", "build", "embedder_for", "initial_meta"]
+__all__ = ["Pipelines", "build", "make_llm", "check_meta", "embedder_for", "initial_meta"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,28 @@ def initial_meta(emb: Embedder) -> dict[str, str]:
             "sem_levels": json.dumps(list(emb.sem_levels)), "created_at": now_stored(),
             "created_by": f"memsif_lite {__version__}", "sqlite_version": apsw.sqlite_lib_version(),
             "sqlite_vec_version": getattr(sqlite_vec, "__version__", "")}
+
+
+def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, cfg: Config) -> LLM | None:
+    """The configured LLM, recording every call in the file's ``llm_calls`` table."""
+    if model is None:
+        return None
+
+    def record(r: CallRecord) -> None:
+        with map_errors():
+            db.admin.record_llm_call(at=now_stored(), purpose=r.purpose, model=r.model,
+                                     prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
+                                     latency_ms=r.latency_ms, ok=r.ok, error=r.error)
+
+    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs, record=record)
+
+
+def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path) -> None:
+    """The file's recorded model must be ``emb``; the CoreFact schema in use is recorded (a
+    file describes itself)."""
+    meta = db.admin.meta()
+    check_embedding(meta, emb.model_id, emb.dim, emb.metric, path)
+    schema = json.dumps([{"name": t.name, "description": t.description} for t in cfg.fact_schema])
+    if meta.get("fact_schema") != schema:
+        with db.write():
+            db.admin.set_meta(fact_schema=schema)

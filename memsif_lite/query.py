@@ -26,6 +26,7 @@ import numpy as np
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
 from .db import Database, MessageRow
+from .errors import NotFoundError
 from .llm import LLM
 from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, relative_notes, to_stored
@@ -303,6 +304,16 @@ class QueryPipeline:
         return Context(question, text, tuple(shown_facts), tuple(shown_evidence), sufficient, count_tokens(text),
                        budget_tokens)
 
+    # -- ActiveFact accumulation -------------------------------------------------------------------
+    def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
+        """Fold one answered question's evidence into the candidate clusters (one transaction)."""
+        missing = [m for e in evidence for m in e.message_ids if not self.db.messages.exists(m)]
+        if missing:
+            raise NotFoundError(f"no message with id {missing[0]}")
+        qvec = self.embed_query(question)
+        with self.db.write():
+            self.active_facts.accumulate(question, qvec, evidence)
+
     # -- answer ---------------------------------------------------------------------------------
     def ask(self, question: str, budget_tokens: int, now: datetime | None) -> Answer:
         timings: dict[str, float] = {}
@@ -326,9 +337,7 @@ class QueryPipeline:
             # offline evidence is a message excerpt: the statement names its speaker (the subject)
             evidence = [Evidence(e.stmt if self.llm else f"{e.speaker}: {e.stmt}", e.speaker, e.message_ids)
                         for e in top]
-            qvec = self.embed_query(question)
-            with self.db.write():
-                self.active_facts.accumulate(question, qvec, evidence)
+            self.accumulate(question, evidence)
         timings["active_facts"] = round((time.perf_counter() - t) * 1000.0, 3)
         calls = (self.llm.calls - calls_before) if self.llm is not None else 0
         return Answer(text, extractive, ctx.text, ctx.evidence, ctx.facts, ctx.sufficient, tokens_in,

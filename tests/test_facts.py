@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import FakeEmbedder, raw
+from fakes import FakeEmbedder
 from memsif_lite import Config, InvalidInputError, Memory, NotFoundError
 from memsif_lite.active_facts import Evidence, is_promoted, query_score, source_score
 from memsif_lite.matching import coherence
@@ -69,38 +69,26 @@ def _store_with_messages(d, n=6, cfg=None):
 def test_duplicate_queries_and_sources_never_change_scores(steps):
     with tempfile.TemporaryDirectory() as d:
         mem = _store_with_messages(d)
-        # needs hook: accumulate evidence for a query (in a write transaction) and read a cluster's two scores
-        store = mem.active_facts_store
         for query, mids in steps:
-            qv = mem.embed_query(query)
-            ev = [Evidence("Ana swims at the city pool", "Ana", tuple(mids))]
-            with mem.con:
-                store.accumulate(query, qv, ev)
-        with raw(Path(d) / "m.db") as con:
-            cid = con.execute("SELECT id FROM candidate_clusters").fetchone()[0]
-        before = store.scores(cid)
+            mem.accumulate(query, [Evidence("Ana swims at the city pool", "Ana", tuple(mids))])
+        [before] = mem.candidates()
         query, mids = steps[-1]
-        ev = [Evidence("Ana swims at the city pool", "Ana", tuple(mids))]
-        with mem.con:  # the same query and the same sources again
-            store.accumulate(query, mem.embed_query(query), ev)
-        assert store.scores(cid) == pytest.approx(before)
-        src, qry = before
-        with raw(Path(d) / "m.db") as con:
-            promoted = con.execute("SELECT count(*) FROM active_facts").fetchone()[0] == 1
-        assert promoted == is_promoted(src, qry, mem.config.theta_s, mem.config.theta_q)
+        mem.accumulate(query, [Evidence("Ana swims at the city pool", "Ana", tuple(mids))])  # the same again
+        [after] = mem.candidates()
+        assert (after.score_src, after.score_qry) == pytest.approx((before.score_src, before.score_qry))
+        assert after.queries == before.queries and after.message_ids == before.message_ids
+        promoted = len(mem.active_facts()) == 1
+        assert promoted == is_promoted(before.score_src, before.score_qry, mem.config.theta_s, mem.config.theta_q)
         mem.close()
 
 
 def test_promotion_needs_recurring_demand_and_several_sources(tmp_path):
     mem = _store_with_messages(tmp_path, cfg=Config(sem_low=0.0, sem_high=1.0, theta_s=0.3, theta_q=0.3))
-    store = mem.active_facts_store  # needs hook: accumulate evidence for a query (in a write transaction)
     stmt = "Ana swims at the city pool"
     qs = ["where does ana swim", "which pool does ana swim in", "ana swimming pool where"]
-    with mem.con:
-        store.accumulate(qs[0], mem.embed_query(qs[0]), [Evidence(stmt, "Ana", (1,)), Evidence(stmt, "Ana", (3,))])
+    mem.accumulate(qs[0], [Evidence(stmt, "Ana", (1,)), Evidence(stmt, "Ana", (3,))])
     assert mem.stats()["active_facts"] == 0  # two sources but one query
-    with mem.con:
-        store.accumulate(qs[1], mem.embed_query(qs[1]), [Evidence(stmt, "Ana", (5,))])
+    mem.accumulate(qs[1], [Evidence(stmt, "Ana", (5,))])
     [cluster] = mem.candidates()
     assert cluster.queries == tuple(qs[:2]) and cluster.message_ids == (1, 3, 5)
     assert cluster.score_src > 0.3 and cluster.score_qry > 0.3
@@ -161,9 +149,7 @@ def test_forget_message_removes_everything_derived_only_from_it(db):
         b = mem.add("Maya", "I love ceramics.", at=T0 + timedelta(days=31))
         mem.add("Maya", "I love ceramics, really.", at=T0 + timedelta(days=32))
         mem.add("Leo", "ok", at=T0 + timedelta(days=40))
-        with mem.con:  # needs hook: accumulate evidence for a query (in a write transaction)
-            mem.active_facts_store.accumulate("where does maya live", mem.embed_query("where does maya live"),
-                                              [Evidence("Maya moved to Porto", "Maya", (a,))])
+        mem.accumulate("where does maya live", [Evidence("Maya moved to Porto", "Maya", (a,))])
         mem.forget(message_id=a)
         stmts = {f.stmt for f in mem.facts()}
         assert "Maya lives in Porto" not in stmts and "Maya lives in Lisbon" in stmts  # validity restored

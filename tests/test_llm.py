@@ -81,9 +81,11 @@ def test_strict_json_parsing(bad):
 def test_trajectory_judge_validation_rejects_unknown_candidates():
     from memsif_lite import prompts
 
-    _, user, validate = prompts.trajectory(["Ana: hi"], [["Ben: a"], ["Ben: b"]])
-    assert validate({"compatible": [2, 1]}) == 0
-    assert validate({"compatible": []}) is None
+    prompt = prompts.trajectory(["Ana: hi"], [["Ben: a"], ["Ben: b"]])
+    validate, user = prompt.validate, prompt.user
+    assert prompt.purpose == "trajectory"
+    assert validate({"compatible": [2, 1]}) == (0, 1)  # the judge takes the first (best-scoring) one
+    assert validate({"compatible": []}) == ()
     for bad in ({"compatible": [3]}, {"compatible": "1"}, {"compatible": [True]}, {}):
         with pytest.raises(ReplyError):
             validate(bad)

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, raw
-from memsif_lite import Config, EmbeddingError, InvalidInputError, Memory, MemoryFileError, MemsifError
+from memsif_lite import (Config, EmbeddingError, InvalidInputError, Memory, MemoryFileError, MemsifError,
+                         StorageFullError)
 
 TESTS = Path(__file__).parent
 
@@ -130,7 +131,7 @@ def test_power_loss_keeps_every_committed_add_with_synchronous_full(tmp_path, sy
         for i in range(25):
             mem.add("A", f"committed message {i}")
         vfs.power_cut()  # the machine dies: nothing unsynced reaches the disk
-        mem.con.close()  # needs hook: drop the Memory's connection without an orderly close (a crash)
+        mem.close()  # after the cut nothing more reaches the disk, however the file is closed
     finally:
         vfs.unregister()
     try:
@@ -177,14 +178,15 @@ def test_embedder_failure_leaves_the_file_unchanged(db):
 def test_failure_inside_the_structure_step_rolls_back_everything(db):
     with Memory(db, embedder=FakeEmbedder(), config=Config(sem_low=0.0, sem_high=1.0)) as mem:
         mem.add_many([{"speaker": "A", "text": f"alpha {i}"} for i in range(4)])
-        snapshot = _state(db, mem)
 
-        def broken_judge(*a, **k):
+    class BrokenJudge:
+        def continues(self, *a, **k):
             raise RuntimeError("judge bug")
 
-        # needs hook: a boundary judge that raises, consulted for every message (the whole band)
-        mem.segment_builder.judge.continues = broken_judge
-        mem.segment_builder.tau_merge, mem.segment_builder.tau_split = 0.999, 0.0  # everything goes to the judge
+    # every message goes to the judge (the whole band), and the judge has a bug
+    cfg = Config(sem_low=0.0, sem_high=1.0, tau_merge=0.999, tau_split=0.0)
+    with Memory(db, embedder=FakeEmbedder(), config=cfg, boundary_judge=BrokenJudge()) as mem:
+        snapshot = _state(db, mem)
         with pytest.raises(RuntimeError):
             mem.add_many([{"speaker": "B", "text": "beta one"}, {"speaker": "B", "text": "beta two"}])
         assert _state(db, mem) == snapshot
@@ -198,19 +200,49 @@ def _state(path, mem):
             con.execute("SELECT count(*) FROM message_vec").fetchone(), mem.stats()]
 
 
+class DiskFullVFS(apsw.VFS):
+    """A disk with ``free`` bytes left: a write that would grow any file past its size plus
+    what is left fails with SQLITE_FULL, as a full disk does."""
+
+    def __init__(self):
+        self.free: int | None = None  # None: unlimited
+        super().__init__("diskfull", "unix", makedefault=True)
+
+    def xOpen(self, name, flags):
+        return DiskFullFile(self, name, flags)
+
+
+class DiskFullFile(apsw.VFSFile):
+    def __init__(self, vfs, name, flags):
+        self.vfs = vfs
+        super().__init__("unix", name, flags)
+
+    def xWrite(self, data, offset):
+        size = self.xFileSize()
+        grow = max(0, offset + len(data) - size)
+        if grow and self.vfs.free is not None:
+            if grow > self.vfs.free:
+                raise apsw.FullError("database or disk is full")
+            self.vfs.free -= grow
+        return super().xWrite(data, offset)
+
+
 def test_disk_full_leaves_the_file_as_it_was(db):
-    with Memory(db, embedder=FakeEmbedder()) as mem:
-        mem.add_many([{"speaker": "A", "text": f"seed {i}"} for i in range(5)])
-        snapshot = _state(db, mem)
-        with raw(db) as con:
-            pages = con.execute("PRAGMA page_count").fetchone()[0]
-        mem.con.execute(f"PRAGMA max_page_count={pages + 2}")  # needs hook: limit the file's size (a full disk)
-        with pytest.raises(apsw.FullError):
-            mem.add_many([{"speaker": "A", "text": "x" * 20000 + f" {i}"} for i in range(30)])
-        assert _state(db, mem) == snapshot
-        mem.con.execute("PRAGMA max_page_count=4294967294")  # needs hook: lift the size limit again
-        mem.add("A", "room again")
-        assert mem.stats()["messages"] == 6 and mem.check() == []
+    vfs = DiskFullVFS()
+    try:
+        with Memory(db, embedder=FakeEmbedder()) as mem:
+            mem.add_many([{"speaker": "A", "text": f"seed {i}"} for i in range(5)])
+            snapshot = _state(db, mem)
+            vfs.free = 8192  # two pages left on the disk
+            with pytest.raises(StorageFullError, match="disk is full") as err:
+                mem.add_many([{"speaker": "A", "text": "x" * 20000 + f" {i}"} for i in range(30)])
+            assert isinstance(err.value.__cause__, apsw.FullError)  # mapped at the choke point, cause kept
+            vfs.free = None
+            assert _state(db, mem) == snapshot
+            mem.add("A", "room again")
+            assert mem.stats()["messages"] == 6 and mem.check() == []
+    finally:
+        vfs.unregister()
 
 
 # -- 3. concurrent use ----------------------------------------------------------------------------
@@ -335,9 +367,8 @@ def test_export_import_round_trips_everything(tmp_path, sample_messages):
         moved = mem.add("Maya", "I moved to Braga!")
         mem.add("Leo", "Braga is lovely.")
         for q in ("where does maya live", "maya home city"):
-            # needs hook: accumulate ActiveFact evidence for a query (as ask() does after an LLM call)
-            mem._accumulate(q, mem.embed_query(q), [Evidence("Maya lives in Braga", "Maya", (moved,)),
-                                                    Evidence("Maya lives in Braga", "Maya", (12,))])
+            mem.accumulate(q, [Evidence("Maya lives in Braga", "Maya", (moved,)),
+                               Evidence("Maya lives in Braga", "Maya", (12,))])
         assert mem.facts(include_superseded=True) and mem.candidates()
         n = mem.export_to(tmp_path / "dump.jsonl")
         state = _full_state(src)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import apsw
+import sqlite_vec
 import pytest
 
 from memsif_lite import (
@@ -111,16 +112,17 @@ def test_foreign_trigger_refused(db, fake_embedder):
 
 def test_migrations_are_stepwise(db, fake_embedder):
     """A file at schema version 1 is upgraded in place, keeping its messages."""
-    con = store._connect(db, dim=32)  # all migrations
+    con = store.connect(db, dim=32)  # all migrations
     con.close()
     db.unlink()
     for suffix in ("-wal", "-shm"):
         if os.path.exists(f"{db}{suffix}"):
             os.remove(f"{db}{suffix}")
     con = apsw.Connection(str(db))
-    store._load_vec(con)
+    con.enable_load_extension(True)
+    con.load_extension(sqlite_vec.loadable_path())
     con.execute("PRAGMA journal_mode=WAL")
-    con.execute(store._render(store.migrations()[0][1], 32))
+    con.execute(store.migrations()[0][1].replace("{dim}", "32"))
     con.execute(f"PRAGMA application_id={store.APPLICATION_ID}; PRAGMA user_version=1")
     con.execute("INSERT INTO meta VALUES('embedding_model','fake-bow-32'),('embedding_dim','32'),"
                 "('embedding_metric','cosine')")

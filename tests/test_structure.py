@@ -119,9 +119,8 @@ def _check_stored_invariants(con, mem, cfg, embedder):
 def test_double_threshold_rule_and_invariants(spec, cfg, answers):
     emb = FakeEmbedder()
     with tempfile.TemporaryDirectory() as d:
-        with Memory(Path(d) / "m.db", embedder=emb, config=cfg) as mem:
-            judge = RecordingJudge(answers)
-            mem.segment_builder.judge = judge  # needs hook: inject a boundary judge (records what it is asked)
+        judge = RecordingJudge(answers)
+        with Memory(Path(d) / "m.db", embedder=emb, config=cfg, boundary_judge=judge) as mem:
             items = _items(spec)
             for it in items[: len(items) // 2]:
                 mem.add(**it)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import IO, Iterator
+from typing import Iterator
 
 from .. import store
+from ..errors import InvalidInputError
 from .base import Table
 from .maintenance import backup, check_connection, export_rows, import_rows, read_export
 
@@ -47,8 +49,32 @@ class Admin(Table):
     def export(self) -> Iterator[dict]:
         return export_rows(self.con)
 
-    def import_(self, fh: IO[str], *, model_id: str, dim: int) -> dict[str, int]:
-        return import_rows(self.con, read_export(fh), model_id=model_id, dim=dim)
+    def export_to(self, path: Path) -> int:
+        """Write the export to ``path`` (through ``path.partial``, renamed when complete)."""
+        tmp = Path(f"{path}.partial")
+        n = 0
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for obj in export_rows(self.con):
+                    fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+                    n += 1
+            tmp.replace(path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from None
+        return n
+
+    def import_from(self, path: Path, *, model_id: str, dim: int) -> dict[str, int]:
+        """Load an export file into this fresh file, in one transaction."""
+        try:
+            fh = open(path, encoding="utf-8")
+        except OSError as e:
+            raise InvalidInputError(f"cannot read {path}: {e.strerror or e}") from None
+        try:
+            with fh, store.write(self.con):
+                return import_rows(self.con, read_export(fh), model_id=model_id, dim=dim)
+        except UnicodeDecodeError:
+            raise InvalidInputError(f"{path} is not a memsif export (not UTF-8 text)") from None
 
     def check(self) -> list[str]:
         return check_connection(self.con)
