@@ -58,6 +58,10 @@ class Config:
     busy_timeout_ms: int = 10_000
     llm_timeout_s: float = 30.0
     llm_retries: int = 2
+    #: a model that times out or refuses connections this many times in a row is treated as down
+    #: for ``llm_backoff_s`` (doubling while it stays down, up to 10 minutes)
+    llm_down_after: int = 3
+    llm_backoff_s: float = 30.0
     max_message_chars: int = 1_000_000
     fact_schema: tuple[FactType, ...] = field(default=DEFAULT_FACT_SCHEMA)
 
@@ -87,6 +91,11 @@ class Config:
             raise ConfigError("llm_timeout_s must be in (0, 3600]")
         if not isinstance(self.llm_retries, int) or not 0 <= self.llm_retries <= 10:
             raise ConfigError("llm_retries must be an integer in [0, 10]")
+        if isinstance(self.llm_down_after, bool) or not isinstance(self.llm_down_after, int) \
+                or not 1 <= self.llm_down_after <= 100:
+            raise ConfigError("llm_down_after must be an integer in [1, 100]")
+        if not (isinstance(self.llm_backoff_s, (int, float)) and 0 < self.llm_backoff_s <= 3600):
+            raise ConfigError("llm_backoff_s must be in (0, 3600]")
         if not isinstance(self.max_message_chars, int) or self.max_message_chars < 1:
             raise ConfigError("max_message_chars must be a positive integer")
         schema = tuple(self.fact_schema)

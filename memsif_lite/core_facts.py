@@ -28,6 +28,7 @@ infers anything else (the subject is the speaker):
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -39,11 +40,13 @@ from . import prompts
 from .config import FactType
 from .db import Database, FactRow, MessageRow
 from .llm import LLM
+from .segments import StaleError
 from .entities import normalise
 from .timeutil import now_stored
 
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
-           "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "extract_offline"]
+           "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
+           "extract_offline"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -103,6 +106,8 @@ def _verb3(v: str) -> str:
 
 @dataclass(frozen=True)
 class Candidate:
+    """A CoreFact candidate ``<subject, type, stmt, meta>`` with its provenance."""
+
     subject: str
     type: str
     stmt: str
@@ -110,6 +115,16 @@ class Candidate:
     at: str                       # time of the (latest) supporting message
     slot: str | None = None
     origin: str = "rule"
+
+    def to_json(self) -> str:
+        return json.dumps({"subject": self.subject, "type": self.type, "stmt": self.stmt,
+                           "message_ids": list(self.message_ids), "at": self.at, "slot": self.slot,
+                           "origin": self.origin}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Candidate":
+        d = json.loads(text)
+        return cls(d["subject"], d["type"], d["stmt"], tuple(d["message_ids"]), d["at"], d["slot"], d["origin"])
 
 
 @dataclass(frozen=True)
@@ -221,6 +236,16 @@ class LLMOperationChooser:
         return Operation(name, related[target].id if target is not None else None, stmt or c.stmt)
 
 
+@dataclass(frozen=True)
+class FactDecision:
+    """The operation chosen for one candidate (with no transaction open: the chooser may be an
+    LLM), the candidate's vector, and the related facts (id, stmt) it was chosen against."""
+
+    op: Operation
+    vector: np.ndarray
+    related: tuple[tuple[int, str], ...]
+
+
 class CoreFactWriter:
     """Extracts candidates from a closed segment and applies Add/Update/Merge/Supersede."""
 
@@ -231,12 +256,11 @@ class CoreFactWriter:
         self.chooser = chooser
         self.embed_passages = embed_passages
 
-    def consolidate(self, segment_id: int) -> list[int]:
-        """Extract and write the facts of a closed segment; returns the ids touched."""
+    def extract(self, segment_id: int) -> list[Candidate]:
+        """The CoreFact candidates of a closed segment (the extractor may be an LLM)."""
         structure = self.db.structure
-        candidates = self.extractor.extract(structure.segment_messages(segment_id),
-                                            structure.trajectory_context(segment_id, 6))
-        return [self.write(c) for c in candidates]
+        return self.extractor.extract(structure.segment_messages(segment_id),
+                                      structure.trajectory_context(segment_id, 6))
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts with the same subject and type, plus the most similar ones."""
@@ -251,11 +275,20 @@ class CoreFactWriter:
                     have.add(fid)
         return rows[:k + 5]
 
-    def write(self, c: Candidate) -> int:
-        facts = self.db.facts
+    def decide(self, c: Candidate) -> FactDecision:
         vec = self.embed_passages([c.stmt])[0]
-        op = self.chooser.choose(c, self.related(c, vec))
-        now = now_stored()
+        related = self.related(c, vec)
+        return FactDecision(self.chooser.choose(c, related), vec, tuple((r.id, r.stmt) for r in related))
+
+    def apply(self, c: Candidate, d: FactDecision) -> int:
+        """Write the decision (inside a write transaction); returns the fact id touched. Raises
+        StaleError if a related fact changed since the decision."""
+        facts = self.db.facts
+        for fid, stmt in d.related:
+            row = facts.current(fid)
+            if row is None or row.stmt != stmt:
+                raise StaleError("a related fact changed")
+        op, now = d.op, now_stored()
         if op.name in ("merge", "update") and op.target is not None:
             if op.name == "update" and op.stmt != facts.stmt(op.target):
                 facts.rewrite(op.target, op.stmt, self.embed_passages([op.stmt])[0], now)
@@ -264,9 +297,9 @@ class CoreFactWriter:
             facts.add_sources(op.target, c.message_ids)
             facts.log(op.target, op.name, facts.stmt(op.target), f"from messages {list(c.message_ids)}", now)
             return op.target
+        vec = d.vector if op.stmt == c.stmt else self.embed_passages([op.stmt])[0]
         fid = facts.insert(subject=c.subject, ftype=c.type, stmt=op.stmt, slot=c.slot, valid_from=c.at, now=now,
-                           origin=c.origin, vector=vec if op.stmt == c.stmt else self.embed_passages([op.stmt])[0],
-                           message_ids=c.message_ids)
+                           origin=c.origin, vector=vec, message_ids=c.message_ids)
         if op.name == "supersede" and op.target is not None:
             facts.supersede(op.target, by=fid, valid_to=c.at, now=now)
             facts.log(op.target, "superseded", facts.stmt(op.target), f"superseded by fact {fid}", now)

@@ -15,13 +15,30 @@ import numpy as np
 
 from .active_facts import ActiveFactStore
 from .db import Database, Unit
+from .errors import InvalidInputError, NotFoundError
 
-__all__ = ["forget_message", "forget_fact"]
+__all__ = ["forget", "forget_message", "forget_fact"]
+
+
+def forget(db: Database, active_store: ActiveFactStore, *, message_id: int | None, fact_id: int | None) -> None:
+    """``Memory.forget``: exactly one of a message or a CoreFact, in one transaction."""
+    if (message_id is None) == (fact_id is None):
+        raise InvalidInputError("give exactly one of message_id or fact_id")
+    with db.write():
+        if message_id is not None:
+            if not db.messages.exists(message_id):
+                raise NotFoundError(f"no message with id {message_id}")
+            forget_message(db, message_id, active_store)
+        elif fact_id is not None:
+            if not db.facts.exists(fact_id):
+                raise NotFoundError(f"no fact with id {fact_id}")
+            forget_fact(db, fact_id)
 
 
 def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> None:
     """Delete one message and what was derived only from it (the caller holds the transaction)."""
     sid = db.structure.segment_of_message(mid)
+    db.queue.drop_message(mid)
     db.structure.unplace_message(mid)
     for fid in db.facts.drop_source(mid):
         db.facts.delete(fid)

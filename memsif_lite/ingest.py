@@ -1,9 +1,10 @@
 """The ingest pipeline (paper §3.2–3.3): validate → embed (content-hash cache) → store the
-message, its vector and its full-text row → place it in a Topical Segment → when a segment
-closes: its title (LLM only), its Event Trajectory, its CoreFacts.
+message, its vector, its full-text row and its *place* step in one short ``BEGIN IMMEDIATE``
+transaction. The steps that follow (place it in a Topical Segment; when a segment closes: its
+title, Event Trajectory and CoreFacts) run from the work queue (:mod:`memsif_lite.worker`).
 
-Everything for one ``add_many`` happens in one ``BEGIN IMMEDIATE`` transaction: a failure at any
-step (embedder, judge, disk) leaves the file as it was.
+Offline they run inside that same transaction (nothing waits on a model), so a failure at any
+step (embedder, judge, disk) leaves the file as it was and the structure is there at once.
 """
 
 from __future__ import annotations
@@ -12,16 +13,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from . import prompts
-from .core_facts import CoreFactWriter
 from .db import Database
+from .db.queue import PLACE
 from .embed import Embeddings
 from .entities import extract_entities
 from .errors import InvalidInputError
-from .llm import LLM
-from .segments import SegmentBuilder, segment_lines
 from .timeutil import now_stored, to_stored
-from .trajectories import TrajectoryBuilder
+from .worker import Worker
 
 __all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION"]
 
@@ -100,50 +98,40 @@ def _unicode(value: str, name: str, bad: Callable[[str], InvalidInputError]) -> 
 
 
 class IngestPipeline:
-    """Stores messages and builds the structure and CoreFacts as segments close."""
+    """Stores messages with their place steps; runs the steps at once when told to (offline)."""
 
-    def __init__(self, db: Database, *, embeddings: Embeddings, segments: SegmentBuilder,
-                 trajectories: TrajectoryBuilder, core_facts: CoreFactWriter, llm: LLM | None,
-                 max_chars: int):
+    def __init__(self, db: Database, *, embeddings: Embeddings, worker: Worker, max_chars: int):
         self.db = db
         self.embeddings = embeddings
-        self.segments = segments
-        self.trajectories = trajectories
-        self.core_facts = core_facts
-        self.llm = llm
+        self.worker = worker
         self.max_chars = max_chars
 
     def validate(self, messages: Iterable[Any]) -> list[MessageIn]:
         return [MessageIn.from_mapping(m, index=i, max_chars=self.max_chars) for i, m in enumerate(messages)]
 
-    def add(self, rows: list[MessageIn], progress: Callable[[int], None] | None = None) -> list[int]:
-        """Store validated messages in one transaction; returns their ids."""
+    def add(self, rows: list[MessageIn], progress: Callable[[int], None] | None = None, *,
+            process: bool = False) -> list[int]:
+        """Store validated messages in one transaction; returns their ids. ``process``: run the
+        queued steps inside the same transaction (only with offline judges: no LLM may be called
+        while it is open)."""
         if not rows:
             return []
         passages = [r.passage for r in rows]
         hashes = [hashlib.sha256(p.encode("utf-8")).digest() for p in passages]
         with self.db.read():
             vecs = self.embeddings.passages_cached(passages, hashes)
-        ents = [extract_entities(r.text) for r in rows]
         created = now_stored()
         ids: list[int] = []
         with self.db.write():
-            for r, h, v, e, line in zip(rows, hashes, vecs, ents, passages, strict=True):
+            for r, h, v in zip(rows, hashes, vecs, strict=True):
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
                                               source_id=r.source_id, content_hash=h, created_at=created, vector=v)
-                placed = self.segments.place(mid, v, e, r.at, line)
-                if placed.closed_segment_id is not None:
-                    self.close_segment(placed.closed_segment_id)
+                self.db.queue.push(PLACE, mid, created)
+                if process:
+                    self.worker.hint(mid, v, extract_entities(r.text))
                 ids.append(mid)
-                if progress is not None:
-                    progress(1)
+            if process:
+                self.worker.run(progress=progress)
+        if not process and progress is not None:
+            progress(len(ids))
         return ids
-
-    def close_segment(self, segment_id: int) -> None:
-        """A segment closed: title (with an LLM), trajectory, CoreFacts."""
-        if self.llm is not None:
-            title = self.llm.complete(prompts.title(segment_lines(self.db, segment_id, 12)))
-            if title:
-                self.db.structure.set_segment_title(segment_id, title)
-        self.trajectories.assign(segment_id)
-        self.core_facts.consolidate(segment_id)

@@ -13,11 +13,14 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
-__all__ = ["LLM", "Prompt", "CallRecord", "import_litellm", "parse_json_object", "ReplyError"]
+from .errors import LLMError
+
+__all__ = ["LLM", "ModelHealth", "Prompt", "CallRecord", "import_litellm", "parse_json_object", "ReplyError"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -91,19 +94,63 @@ class CallRecord:
     error: str | None
 
 
+class ModelHealth:
+    """Notices a model that keeps failing: after ``down_after`` consecutive timeouts or
+    connection errors the model counts as down for a back-off period (doubling, up to
+    ``max_backoff_s``) and calls return at once; a success resets it. Shared by every LLM object
+    of one ``Memory`` (its foreground and background connections)."""
+
+    def __init__(self, *, down_after: int = 3, backoff_s: float = 30.0, max_backoff_s: float = 600.0):
+        self.down_after, self.base, self.max = down_after, backoff_s, max_backoff_s
+        self.failures = 0
+        self.down_until = 0.0
+        self._backoff = backoff_s
+        self._lock = threading.Lock()
+
+    def available(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.down_until - time.monotonic())
+
+    def outage(self) -> None:
+        with self._lock:
+            self.failures += 1
+            if self.failures >= self.down_after:
+                self.down_until = time.monotonic() + self._backoff
+                log.warning("LLM unreachable %d times in a row: using offline rules for %.0f s",
+                            self.failures, self._backoff)
+                self._backoff = min(self._backoff * 2, self.max)
+                self.failures = 0
+
+    def ok(self) -> None:
+        with self._lock:
+            self.failures = 0
+            self._backoff = self.base
+
+
 class LLM:
     """A configured chat model. ``record`` receives one CallRecord per call (after its retries);
     ``calls`` counts them. ``kwargs`` go to every litellm call and win over this module's
-    defaults (``timeout``, ``temperature``, ``max_tokens``, ``response_format``...)."""
+    defaults (``timeout``, ``temperature``, ``max_tokens``, ``response_format``...).
+
+    ``in_transaction`` guards the rule that no LLM call runs while a write transaction is open:
+    a call made then is a bug and raises ``RuntimeError``. A failure that is not the model's (a
+    bad argument, missing or wrong credentials, an unknown model) raises :class:`LLMError`
+    instead of falling back silently forever; the model's own failures (timeouts, HTTP 5xx, bad
+    replies) fall back to the offline rule and are recorded."""
 
     def __init__(self, model: str, *, timeout: float = 30.0, retries: int = 2,
                  kwargs: Mapping[str, Any] | None = None,
-                 record: Callable[[CallRecord], None] | None = None):
+                 record: Callable[[CallRecord], None] | None = None,
+                 in_transaction: Callable[[], bool] | None = None, health: ModelHealth | None = None):
         self.model = model
         self.timeout = timeout
         self.retries = retries
         self.kwargs = dict(kwargs or {})
         self.record = record or (lambda r: None)
+        self.in_transaction = in_transaction or (lambda: False)
+        self.health = health or ModelHealth()
         self.calls = 0
         self._litellm: Any = None
 
@@ -114,18 +161,25 @@ class LLM:
 
     def complete(self, prompt: Prompt[T]) -> T | None:
         """Ask for one JSON object and return ``prompt.validate(obj)``, or None after recording why not."""
+        if self.in_transaction():
+            raise RuntimeError(f"LLM {prompt.purpose} call inside a write transaction (a memsif_lite bug)")
         purpose, validate = prompt.purpose, prompt.validate
+        t0 = time.perf_counter()
+        if not self.health.available():
+            left = self.health.seconds_left()
+            self._record(purpose, t0, 0, 0, False, f"skipped: model down, retried in {left:.0f} s")
+            return None
         litellm = self._client()
         messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
         params: dict[str, Any] = {"response_format": {"type": "json_object"}, "temperature": 0,
                                   "max_tokens": prompt.max_tokens, "timeout": self.timeout, "num_retries": 0}
         params.update(self.kwargs)
-        t0 = time.perf_counter()
         p_tok = c_tok = 0
         error: str | None = None
         for attempt in range(self.retries + 1):
             try:
                 resp = litellm.completion(model=self.model, messages=messages, **params)
+                self.health.ok()
                 usage = getattr(resp, "usage", None)
                 p_tok += int(getattr(usage, "prompt_tokens", 0) or 0)
                 c_tok += int(getattr(usage, "completion_tokens", 0) or 0)
@@ -137,6 +191,14 @@ class LLM:
                 error = f"bad reply: {e}"
             except Exception as e:  # noqa: BLE001 - litellm maps provider errors to many types
                 error = f"{type(e).__name__}: {str(e)[:300]}"
+                if _not_the_models(e):
+                    self._record(purpose, t0, p_tok, c_tok, False, error)
+                    raise LLMError(f"the LLM {self.model!r} cannot be used as configured ({error}); "
+                                   "check the model name, llm_kwargs and credentials") from e
+                if _outage(e):
+                    self.health.outage()
+                    if not self.health.available():
+                        break
                 if attempt < self.retries and _retryable(e):
                     time.sleep(min(0.25 * (2**attempt), 2.0))
                     continue
@@ -149,6 +211,21 @@ class LLM:
     def _record(self, purpose: str, t0: float, p: int, c: int, ok: bool, error: str | None) -> None:
         self.calls += 1
         self.record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error))
+
+
+_CONFIG_ERRORS = {"AuthenticationError", "PermissionDeniedError", "NotFoundError", "UnsupportedParamsError"}
+
+
+def _not_the_models(e: Exception) -> bool:
+    """A failure of the configuration (arguments, credentials, model name), not of the model."""
+    return isinstance(e, TypeError) or type(e).__name__ in _CONFIG_ERRORS
+
+
+def _outage(e: Exception) -> bool:
+    """The model did not answer at all (timeout, refused connection)."""
+    name = type(e).__name__
+    return name in {"Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError"} \
+        or isinstance(e, (TimeoutError, ConnectionError))
 
 
 def _retryable(e: Exception) -> bool:

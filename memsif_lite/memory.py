@@ -14,11 +14,14 @@ from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError
-from .forgetting import forget_fact, forget_message
-from .query import Answer, Context
+from .forgetting import forget
+from .llm import ModelHealth
+from .query import Answer, Context, check_question
+from .retrieval import check_search
 from .segments import BoundaryJudge, list_segments
 from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge, list_trajectories
+from .worker import ProcessReport
 from .types import ActiveFact, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment, Trajectory
 
 __all__ = ["Memory"]
@@ -39,11 +42,13 @@ class Memory:
     with the model it records, a new one with ``config.embedding_model`` or the bundled model.
     ``boundary_judge`` / ``trajectory_judge`` replace the segment-boundary and trajectory judges
     (the protocols in :mod:`memsif_lite.segments` and :mod:`memsif_lite.trajectories`).
+    ``process`` is ``"inline"``, ``"background"`` or ``"manual"`` (:class:`~memsif_lite.worker.Processor`).
     """
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,
-                 boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None):
+                 boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None,
+                 process: str | None = None):
         if config is not None and not isinstance(config, Config):
             raise InvalidInputError("config must be a memsif_lite.Config")
         if llm is not None and (not isinstance(llm, str) or not llm.strip()):
@@ -68,9 +73,11 @@ class Memory:
             self._db.close()
             raise
         self._closed = False
-        self._llm = pipelines.make_llm(self._db, llm, llm_kwargs, cfg)
-        self._p = pipelines.build(self._db, cfg, emb, self._llm, boundary_judge=boundary_judge,
-                                  trajectory_judge=trajectory_judge)
+        health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s)
+        self._p = pipelines.build(self._db, cfg, emb, pipelines.make_llm(self._db, llm, llm_kwargs, cfg, health),
+                                  boundary_judge=boundary_judge, trajectory_judge=trajectory_judge)
+        setup = pipelines.Setup(self.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
+        self._processor = pipelines.processor(setup, process, self._p, health)
 
     def __enter__(self) -> "Memory":
         return self
@@ -79,11 +86,14 @@ class Memory:
         self.close()
 
     def close(self) -> None:
-        """Close the file. Further calls raise MemoryFileError."""
+        """Stop background processing and close the file. Further calls raise MemoryFileError."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._db.close()
+                try:
+                    self._processor.close(self.config.llm_timeout_s + 1.0)
+                finally:
+                    self._db.close()
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[Database]:
@@ -107,13 +117,21 @@ class Memory:
         written if any item is invalid. ``progress(n)`` is called as messages are placed."""
         rows = self._p.ingest.validate(messages)
         with self._session():
-            return self._p.ingest.add(rows, progress)
+            ids = self._p.ingest.add(rows, progress, process=self._processor.in_add)
+            self._processor.after_add()
+            return ids
+
+    def process(self, *, max_steps: int | None = None, max_seconds: float | None = None) -> ProcessReport:
+        """Run queued pipeline steps (placement, segment close, CoreFacts) now, until the queue is
+        empty or a limit is reached; LLM calls happen with no transaction open."""
+        with self._session():
+            return self._processor.run(max_steps, max_seconds)
 
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
         """Feed query-local evidence to the ActiveFact track (paper §3.4), as :meth:`ask` does
         after answering: for agents that answer from :meth:`context` with their own LLM. Each
         :class:`~memsif_lite.Evidence` names its statement, subject and source message ids."""
-        self._check_question(question, 2000)
+        check_question(question, 2000)
         if not all(isinstance(e, Evidence) for e in evidence):
             raise InvalidInputError("evidence must be a sequence of memsif_lite.Evidence")
         with self._session():
@@ -122,28 +140,14 @@ class Memory:
     def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
         """Delete a message (and everything derived only from it) or a CoreFact, in one
         transaction. Exactly one of ``message_id`` / ``fact_id``."""
-        if (message_id is None) == (fact_id is None):
-            raise InvalidInputError("give exactly one of message_id or fact_id")
-        with self._session() as db, db.write():
-            if message_id is not None:
-                if not db.messages.exists(message_id):
-                    raise NotFoundError(f"no message with id {message_id}")
-                forget_message(db, message_id, self._p.active_facts)
-            elif fact_id is not None:
-                if not db.facts.exists(fact_id):
-                    raise NotFoundError(f"no fact with id {fact_id}")
-                forget_fact(db, fact_id)
+        with self._session() as db:
+            forget(db, self._p.active_facts, message_id=message_id, fact_id=fact_id)
 
     # -- reading ---------------------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, level: str = "message") -> list[SearchResult]:
         """Hybrid search: dense KNN (sqlite-vec) and BM25 (FTS5) fused by reciprocal rank fusion.
         ``level`` is ``"message"``, ``"segment"`` or ``"trajectory"``."""
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInputError("query must be a non-empty string")
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
-            raise InvalidInputError("k must be an integer in [1, 1000]")
-        if level not in ("message", "segment", "trajectory"):
-            raise InvalidInputError("level must be 'message', 'segment' or 'trajectory'")
+        check_search(query, k, level)
         with self._session():
             return self._p.retriever.search(query, k=k, level=level)
 
@@ -225,7 +229,7 @@ class Memory:
         """Facts, then (if they do not suffice) dated evidence from the interaction memory, as a
         ready-to-paste block within ``budget_tokens`` — for agents that call their own LLM.
         Reads only: nothing is written."""
-        self._check_question(question, budget_tokens)
+        check_question(question, budget_tokens)
         with self._session():
             return self._p.query.context(question, budget_tokens)
 
@@ -234,15 +238,7 @@ class Memory:
         offline: an extractive answer (``Answer.extractive``). Afterwards the query-local
         evidence feeds the ActiveFact track (one transaction). ``now`` fixes "today" for the
         answer prompt (tests, benchmarks)."""
-        self._check_question(question, budget_tokens)
+        check_question(question, budget_tokens)
         at = from_stored(to_stored(now)) if now is not None else None
         with self._session():
             return self._p.query.ask(question, budget_tokens, at)
-
-    @staticmethod
-    def _check_question(question: Any, budget_tokens: Any) -> None:
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidInputError("question must be a non-empty string")
-        if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or not 50 <= budget_tokens <= 200_000:
-            raise InvalidInputError("budget_tokens must be an integer in [50, 200000]")
-

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import apsw
 import sqlite_vec
@@ -22,22 +22,25 @@ from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOpe
 from .db import Database
 from .embed import Embedder, Embeddings, resolve_embedder
 from .ingest import IngestPipeline
-from .llm import LLM, CallRecord
+from .errors import InvalidInputError
+from .llm import LLM, CallRecord, ModelHealth
 from .query import QueryPipeline
 from .retrieval import Retriever
 from .segments import BoundaryJudge, LLMBoundaryJudge, OfflineBoundaryJudge, SegmentBuilder
-from .store import FileInfo, check_embedding, map_errors
+from .store import FileInfo, check_embedding, connect, map_errors
 from .timeutil import now_stored
 from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, TrajectoryBuilder, TrajectoryJudge
 from .version import __version__
+from .worker import Background, Processor, Worker
 
-__all__ = ["Pipelines", "build", "make_llm", "check_meta", "embedder_for", "initial_meta"]
+__all__ = ["Pipelines", "Setup", "build", "make_llm", "processor", "check_meta", "embedder_for", "initial_meta"]
 
 
 @dataclass(frozen=True)
 class Pipelines:
     embeddings: Embeddings
     ingest: IngestPipeline
+    worker: Worker
     retriever: Retriever
     active_facts: ActiveFactStore
     query: QueryPipeline
@@ -61,19 +64,20 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
         trajectory = LLMTrajectoryJudge(llm, trajectory)
         extractor = LLMFactExtractor(llm, cfg.fact_schema, extractor)
         chooser = LLMOperationChooser(llm, chooser)
-    ingest = IngestPipeline(
-        db, embeddings=embeddings, llm=llm, max_chars=cfg.max_message_chars,
+    worker = Worker(
+        db, llm=llm,
         segments=SegmentBuilder(db, alpha=cfg.alpha_segment, tau_merge=cfg.tau_merge, tau_split=cfg.tau_split,
                                 levels=levels, judge=boundary),
         trajectories=TrajectoryBuilder(db, alpha=cfg.alpha_trajectory, top_k=cfg.top_k, levels=levels,
                                        judge=trajectory),
         core_facts=CoreFactWriter(db, extractor=extractor, chooser=chooser, embed_passages=embeddings.passages))
+    ingest = IngestPipeline(db, embeddings=embeddings, worker=worker, max_chars=cfg.max_message_chars)
     active = ActiveFactStore(db, levels=levels, query_levels=query_levels, theta_s=cfg.theta_s, theta_q=cfg.theta_q,
                              embed_passages=embeddings.passages)
     retriever = Retriever(db, embeddings.query, segment_weight=cfg.segment_weight,
                           trajectory_weight=cfg.trajectory_weight)
     query = QueryPipeline(db, retriever=retriever, embed_query=embeddings.query, llm=llm, active_facts=active)
-    return Pipelines(embeddings, ingest, retriever, active, query)
+    return Pipelines(embeddings, ingest, worker, retriever, active, query)
 
 
 def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:
@@ -98,8 +102,10 @@ def initial_meta(emb: Embedder) -> dict[str, str]:
             "sqlite_vec_version": getattr(sqlite_vec, "__version__", "")}
 
 
-def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, cfg: Config) -> LLM | None:
-    """The configured LLM, recording every call in the file's ``llm_calls`` table."""
+def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, cfg: Config,
+             health: ModelHealth | None = None) -> LLM | None:
+    """The configured LLM on one connection: it records every call in the file's ``llm_calls``
+    table and refuses to be called while that connection has a transaction open."""
     if model is None:
         return None
 
@@ -109,7 +115,38 @@ def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, 
                                      prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
                                      latency_ms=r.latency_ms, ok=r.ok, error=r.error)
 
-    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs, record=record)
+    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs, record=record,
+               in_transaction=lambda: db.in_transaction, health=health)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything needed to open the same memory again on another connection."""
+
+    path: Path
+    cfg: Config
+    emb: Embedder
+    llm: str | None
+    llm_kwargs: Mapping[str, Any] | None
+    boundary_judge: BoundaryJudge | None
+    trajectory_judge: TrajectoryJudge | None
+
+
+def processor(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> Processor:
+    """The processing mode (default: inline offline, background with an LLM)."""
+    mode = mode or ("inline" if s.llm is None else "background")
+    if mode not in Processor.MODES:
+        raise InvalidInputError(f"process must be one of {', '.join(Processor.MODES)}")
+
+    def open_worker() -> tuple[Worker, Callable[[], None]]:
+        con = connect(s.path, dim=s.emb.dim, synchronous=s.cfg.synchronous, busy_timeout_ms=s.cfg.busy_timeout_ms)
+        db = Database(con)
+        bp = build(db, s.cfg, s.emb, make_llm(db, s.llm, s.llm_kwargs, s.cfg, health),
+                   boundary_judge=s.boundary_judge, trajectory_judge=s.trajectory_judge)
+        return bp.worker, db.close
+
+    bg = Background(open_worker, health=health if s.llm else None) if mode == "background" else None
+    return Processor(mode, p.worker, offline=s.llm is None, background=bg)
 
 
 def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path) -> None:

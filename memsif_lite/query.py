@@ -26,13 +26,13 @@ import numpy as np
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
 from .db import Database, MessageRow
-from .errors import NotFoundError
+from .errors import InvalidInputError, NotFoundError
 from .llm import LLM
 from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, relative_notes, to_stored
 from .tokens import count_tokens
 
-__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
+__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer", "check_question"]
 
 #: offline sufficiency: cosine between the question and a query that promoted an ActiveFact
 SUFFICIENT_QUERY = 0.95
@@ -208,6 +208,13 @@ def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords
         out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
                                 tuple(relative_notes(stmt, at))))
     return out
+
+
+def check_question(question: object, budget_tokens: object) -> None:
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidInputError("question must be a non-empty string")
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or not 50 <= budget_tokens <= 200_000:
+        raise InvalidInputError("budget_tokens must be an integer in [50, 200000]")
 
 
 class _Laps:

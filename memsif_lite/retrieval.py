@@ -10,10 +10,11 @@ import numpy as np
 
 from .db import Database, MessageRow
 from .entities import STOP_WORDS
+from .errors import InvalidInputError
 from .timeutil import from_stored
 from .types import SearchResult
 
-__all__ = ["Retriever", "fts_query", "rrf", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
+__all__ = ["Retriever", "check_search", "fts_query", "rrf", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
 
 RRF_K = 60
 #: BM25 weight of the speaker column relative to the text (names in questions matter, but less)
@@ -29,6 +30,15 @@ def fts_query(text: str) -> str | None:
     if not keep:
         return None
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in keep)
+
+
+def check_search(query: object, k: object, level: object) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query must be a non-empty string")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
+        raise InvalidInputError("k must be an integer in [1, 1000]")
+    if level not in ("message", "segment", "trajectory"):
+        raise InvalidInputError("level must be 'message', 'segment' or 'trajectory'")
 
 
 def units_by_best_member(msg_rank: list[int], unit_of: dict[int, int]) -> list[int]:

@@ -25,7 +25,7 @@ from .matching import phi
 from .timeutil import from_stored
 from .types import Segment
 
-__all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "Placement",
+__all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "PlaceDecision", "StaleError",
            "segment_lines", "list_segments", "label", "MAX_GAP"]
 
 log = logging.getLogger("memsif_lite")
@@ -68,13 +68,20 @@ class LLMBoundaryJudge:
         return verdict
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a message went, and the segment its arrival closed (if any)."""
+class StaleError(Exception):
+    """The state a decision was made on changed before it could be applied (another process
+    got there first, or ``forget`` changed it): discard the decision and decide again."""
 
-    segment_id: int
-    decision: str
-    closed_segment_id: int | None
+
+@dataclass(frozen=True)
+class PlaceDecision:
+    """Where one message goes, decided with no transaction open (the judge may be an LLM), and
+    the open segment's state it was decided on."""
+
+    open_id: int | None
+    open_n: int
+    decision: str            # first | merge | split | judge_merge | judge_split
+    score: float | None
 
 
 class SegmentBuilder:
@@ -86,25 +93,31 @@ class SegmentBuilder:
         self.alpha, self.tau_merge, self.tau_split, self.levels = alpha, tau_merge, tau_split, levels
         self.judge = judge
 
-    def place(self, message_id: int, vec: np.ndarray, ents: list[str], at: str, line: str) -> Placement:
-        """Assign one message (already stored) to a segment."""
+    def decide(self, vec: np.ndarray, ents: list[str], at: str, line: str) -> PlaceDecision:
+        """The double-threshold rule against the open segment; the judge only inside the band."""
+        seg = self.db.structure.open_segment()
+        if seg is None:
+            return PlaceDecision(None, 0, "first", None)
+        score = phi(vec, ents, seg.centroid, seg.entities.keys(), alpha=self.alpha, levels=self.levels)
+        if score >= self.tau_merge:
+            decision = "merge"
+        elif score <= self.tau_split:
+            decision = "split"
+        else:
+            gap = abs(from_stored(at) - from_stored(seg.end_at))
+            ok = self.judge.continues(segment_lines(self.db, seg.id), line, score, gap)
+            decision = "judge_merge" if ok else "judge_split"
+        return PlaceDecision(seg.id, seg.n, decision, score)
+
+    def apply(self, message_id: int, vec: np.ndarray, ents: list[str], at: str, d: PlaceDecision) -> int | None:
+        """Write a decision (inside a write transaction); returns the segment it closed, if any.
+        Raises :class:`StaleError` if the open segment changed since the decision."""
         structure = self.db.structure
         seg = structure.open_segment()
-        score: float | None = None
-        if seg is None:
-            decision = "first"
-        else:
-            score = phi(vec, ents, seg.centroid, seg.entities.keys(), alpha=self.alpha, levels=self.levels)
-            if score >= self.tau_merge:
-                decision = "merge"
-            elif score <= self.tau_split:
-                decision = "split"
-            else:
-                gap = abs(from_stored(at) - from_stored(seg.end_at))
-                ok = self.judge.continues(segment_lines(self.db, seg.id), line, score, gap)
-                decision = "judge_merge" if ok else "judge_split"
+        if (seg.id if seg else None) != d.open_id or (seg.n if seg else 0) != d.open_n:
+            raise StaleError("the open segment changed")
         closed = None
-        if decision in ("merge", "judge_merge"):
+        if d.decision in ("merge", "judge_merge"):
             assert seg is not None
             seg.add(vec, ents, at, at)
             structure.save("segment", seg)
@@ -114,9 +127,8 @@ class SegmentBuilder:
                 structure.close_segment(seg.id)
                 closed = seg.id
             seg_id = structure.create_segment(vec, ents, at)
-        structure.place_message(message_id, seg_id, ents, score, decision)
-        return Placement(seg_id, decision, closed)
-
+        structure.place_message(message_id, seg_id, ents, d.score, d.decision)
+        return closed
 
 def label(entity_counts: Mapping[str, int], n: int = 4) -> str:
     """A unit's label when it has no title: top entities by count, whole names before their parts."""

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from . import prompts
 from .db import Database, Unit
 from .llm import LLM
 from .matching import phi
-from .segments import label, list_segments, segment_lines
+from .segments import StaleError, label, list_segments, segment_lines
 from .timeutil import from_stored
 from .types import Segment, Trajectory
 
-__all__ = ["TrajectoryJudge", "OfflineTrajectoryJudge", "LLMTrajectoryJudge", "TrajectoryBuilder", "list_trajectories"]
+__all__ = ["TrajectoryJudge", "OfflineTrajectoryJudge", "LLMTrajectoryJudge", "TrajectoryBuilder", "TrajectoryDecision",
+           "list_trajectories"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -65,6 +67,14 @@ class LLMTrajectoryJudge:
         return compatible[0] if compatible else None
 
 
+@dataclass(frozen=True)
+class TrajectoryDecision:
+    """The top-K candidates ((id, message count) as seen) and the chosen one (None: a new trajectory)."""
+
+    candidates: tuple[tuple[int, int], ...]
+    chosen: int | None
+
+
 class TrajectoryBuilder:
     def __init__(self, db: Database, *, alpha: float, top_k: int, levels: tuple[float, float],
                  judge: TrajectoryJudge):
@@ -86,17 +96,27 @@ class TrajectoryBuilder:
         scored.sort(key=lambda x: (-x[0], x[1].id))
         return scored[: self.top_k]
 
-    def assign(self, segment_id: int) -> int:
-        """Link a closed segment to the trajectory the judge chooses, or a new one; returns its id."""
-        structure = self.db.structure
-        seg = structure.load("segment", segment_id)
+    def decide(self, segment_id: int) -> TrajectoryDecision:
+        """Candidates and the judge's choice, with no transaction open (the judge may be an LLM)."""
+        seg = self.db.structure.load("segment", segment_id)
         cands = self.candidates(seg)
         choice = None
         if cands:
             cand_lines = [self._trajectory_lines(t.id) for _, t in cands]
             choice = self.judge.choose(segment_lines(self.db, segment_id, 8), cand_lines, [s for s, _ in cands])
-        if choice is not None:
-            traj = cands[choice][1]
+        return TrajectoryDecision(tuple((t.id, t.n) for _, t in cands),
+                                  cands[choice][1].id if choice is not None else None)
+
+    def apply(self, segment_id: int, d: TrajectoryDecision) -> int:
+        """Link the closed segment to the chosen trajectory or a new one (inside a write
+        transaction); returns its id. Raises StaleError if a candidate changed meanwhile."""
+        structure = self.db.structure
+        for tid, n in d.candidates:
+            if structure.count_where_trajectory(tid) != n:
+                raise StaleError("a candidate trajectory changed")
+        seg = structure.load("segment", segment_id)
+        if d.chosen is not None:
+            traj = structure.load("trajectory", d.chosen)
             traj.add(seg.vec_sum, [], seg.start_at, seg.end_at, n=seg.n)
             traj.entities.update(seg.entities)
             structure.save("trajectory", traj, n_segments=structure.segment_count(traj.id) + 1)

@@ -26,7 +26,7 @@ def test_ingestion_with_llm_judges_records_every_call(memory, db, llm_server):
                       prompts.EXTRACT_SYSTEM: '{"facts": []}'}, default='{"title": "A title"}')
     llm_server.script("this is not JSON", {"status": 500}, '{"continues": "maybe"}',
                       '```json\n{"continues": false}\n```')
-    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
     ids = mem.add_many(_convo())
     assert len(ids) == 12
     st = mem.stats()
@@ -50,7 +50,7 @@ def test_ingestion_with_llm_judges_records_every_call(memory, db, llm_server):
 
 def test_llm_unreachable_falls_back_and_loses_nothing(db, fake_embedder):
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=1, llm_timeout_s=2)
-    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", process="inline",
                 llm_kwargs={"api_base": "http://127.0.0.1:9/v1", "api_key": "x"}) as mem:
         mem.add_many(_convo(6))
         st = mem.stats()
@@ -62,7 +62,7 @@ def test_llm_unreachable_falls_back_and_loses_nothing(db, fake_embedder):
 def test_llm_timeout_is_bounded(memory, llm_server):
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=0.5)
     llm_server.default = lambda req: {"sleep": 3, "content": '{"continues": true}'}
-    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
     import time
 
     t0 = time.perf_counter()
@@ -122,7 +122,7 @@ def test_llm_core_facts_four_operations_and_invalid_replies(memory, db, llm_serv
     }
     _route_facts(llm_server, script)
     t = datetime(2024, 1, 1, 9)
-    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
     texts = ["home sweet home", "the river view", "still here", "new city now", "tea time", "meow",
              "clay and wheels", "bye"]
     for i, text in enumerate(texts):
@@ -150,7 +150,7 @@ def test_invalid_operation_target_is_ignored_and_counted(memory, llm_server):
                           for s in ("Leo loves running", "Leo loves running marathons", "Leo loves trail running")],
               "op": ['{"op": "merge", "target": 9}', '{"op": "frobnicate", "target": 1}']}
     _route_facts(llm_server, script)
-    mem = memory(config=cfg, llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs())
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
     for i, text in enumerate(["run", "run more", "run trails", "done"]):
         mem.add("Leo", text, at=datetime(2024, 1, 1) + timedelta(days=i))
     stmts = sorted(f.stmt for f in mem.facts())
@@ -165,7 +165,7 @@ def test_ask_with_a_failing_llm_completes_with_fallbacks(db, fake_embedder, llm_
         offline.add_many([{"speaker": "Ana", "text": "I keep bees on my roof."},
                           {"speaker": "Ben", "text": "Do the bees make honey?"}])
     llm_server.default = lambda req: {"status": 500}
-    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model",
+    with Memory(db, embedder=fake_embedder, config=cfg, llm="openai/test-model", process="inline",
                 llm_kwargs=llm_server.llm_kwargs()) as mem:
         import time
 

@@ -8,6 +8,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``facts``     — CoreFacts with sources, history and vectors
 * ``clusters``  — candidate clusters C_k and ActiveFacts
 * ``admin``     — meta, llm_calls, counts, export/import, check, backup
+* ``queue``     — the work queue of pipeline steps still to run
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -25,10 +26,11 @@ from .admin import Admin
 from .clusters import Clusters
 from .facts import CoreFacts
 from .messages import Messages, to_message
+from .queue import Queue, Step
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
 
-__all__ = ["Database", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message"]
+__all__ = ["Database", "Step", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message"]
 
 
 class Database:
@@ -39,6 +41,7 @@ class Database:
         self.facts = CoreFacts(con)
         self.clusters = Clusters(con)
         self.admin = Admin(con)
+        self.queue = Queue(con)
 
     def write(self) -> contextlib.AbstractContextManager[apsw.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`)."""
@@ -53,6 +56,16 @@ class Database:
                 return
             with self.con:
                 yield
+
+    @contextlib.contextmanager
+    def write_or_join(self) -> Iterator[None]:
+        """A write transaction, or the one already open on this connection (offline inline
+        processing runs its steps inside ``add``'s transaction)."""
+        if self.in_transaction:
+            yield
+            return
+        with store.write(self.con):
+            yield
 
     @property
     def in_transaction(self) -> bool:

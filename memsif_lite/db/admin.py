@@ -40,6 +40,9 @@ class Admin(Table):
             "candidates": q("SELECT count(*) FROM candidate_clusters").fetchone()[0],
             "llm_calls": q("SELECT count(*) FROM llm_calls").fetchone()[0],
             "llm_failures": q("SELECT count(*) FROM llm_calls WHERE ok=0").fetchone()[0],
+            "pending_steps": q("SELECT count(*) FROM work_queue").fetchone()[0],
+            "oldest_pending_s": q("SELECT coalesce(CAST(round((julianday('now') - julianday(min(created_at))) * 86400) "
+                                  "AS INTEGER), 0) FROM work_queue").fetchone()[0],
         }
 
     def checkpoint(self) -> None:

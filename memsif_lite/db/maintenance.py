@@ -40,6 +40,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "cluster_evidence": ("statement_id", "message_id"),
     "cluster_queries": ("id", "cluster_id", "query", "vector", "at"),
     "active_facts": ("id", "cluster_id", "subject", "stmt", "created_at", "updated_at"),
+    "work_queue": ("id", "message_id", "sub", "kind", "segment_id", "payload", "created_at", "attempts"),
 }
 _META_KEEP = ("fact_schema", "created_at", "created_by")
 
@@ -167,8 +168,9 @@ def check_connection(con: Any) -> list[str]:
                 problems.append(f"vector table {vt}: {bad_chunk} vectors point to missing chunks")
         except apsw.Error as e:
             problems.append(f"vector table {vt} is unreadable: {e}")
-    orphan_units = con.execute("SELECT count(*) FROM messages WHERE id NOT IN (SELECT message_id FROM message_units)"
-                               ).fetchone()[0]
+    orphan_units = con.execute(
+        "SELECT count(*) FROM messages WHERE id NOT IN (SELECT message_id FROM message_units) "
+        "AND id NOT IN (SELECT message_id FROM work_queue WHERE kind='place')").fetchone()[0]
     if orphan_units:
         problems.append(f"{orphan_units} messages are in no segment")
     fk = con.execute("PRAGMA foreign_key_check").fetchall()

@@ -63,6 +63,11 @@ class Structure(Table):
         self.con.execute("INSERT INTO segment_vec(rowid, embedding) VALUES(?, ?)", (sid, f32(u.mean)))
         return sid
 
+    def segment_state(self, sid: int) -> tuple[int, int | None, int] | None:
+        """(closed, trajectory_id, n_messages) of a segment, or None if it is gone."""
+        row = self.con.execute("SELECT closed, trajectory_id, n_messages FROM segments WHERE id=?", (sid,)).fetchone()
+        return None if row is None else (int(row[0]), row[1], int(row[2]))
+
     def close_segment(self, sid: int) -> None:
         self.con.execute("UPDATE segments SET closed=1 WHERE id=?", (sid,))
 
@@ -100,6 +105,11 @@ class Structure(Table):
         tid = self.con.last_insert_rowid()
         self.con.execute("INSERT INTO trajectory_vec(rowid, embedding) VALUES(?, ?)", (tid, f32(seg.mean)))
         return tid
+
+    def count_where_trajectory(self, tid: int) -> int:
+        """A trajectory's message count (-1 if it no longer exists): its version for staleness checks."""
+        row = self.con.execute("SELECT n_messages FROM trajectories WHERE id=?", (tid,)).fetchone()
+        return -1 if row is None else int(row[0])
 
     def segment_count(self, tid: int) -> int:
         return int(self.con.execute("SELECT count(*) FROM segments WHERE trajectory_id=?", (tid,)).fetchone()[0])

@@ -1,0 +1,61 @@
+"""work_queue: the pending steps of the paper's pipeline, in (message_id, sub) order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Table
+
+__all__ = ["Queue", "Step", "PLACE", "CLOSE", "EXTRACT", "FACT"]
+
+PLACE, CLOSE, EXTRACT, FACT = "place", "close", "extract", "fact"
+_SUB = {PLACE: 0, CLOSE: 1, EXTRACT: 2}
+
+
+@dataclass(frozen=True)
+class Step:
+    id: int
+    message_id: int
+    sub: int
+    kind: str
+    segment_id: int | None
+    payload: str | None
+    created_at: str
+    attempts: int
+
+
+class Queue(Table):
+    def push(self, kind: str, message_id: int, created_at: str, *, segment_id: int | None = None,
+             payload: str | None = None, index: int = 0) -> None:
+        """Enqueue a step; a CoreFact candidate's position is ``index`` (sub = 3 + index)."""
+        sub = _SUB[kind] if kind != FACT else 3 + index
+        self.con.execute("INSERT INTO work_queue(message_id, sub, kind, segment_id, payload, created_at) "
+                         "VALUES(?,?,?,?,?,?)", (message_id, sub, kind, segment_id, payload, created_at))
+
+    def head(self) -> Step | None:
+        """The next step to run."""
+        r = self.con.execute("SELECT id, message_id, sub, kind, segment_id, payload, created_at, attempts "
+                             "FROM work_queue ORDER BY message_id, sub LIMIT 1").fetchone()
+        return None if r is None else Step(*r)
+
+    def exists(self, step_id: int) -> bool:
+        return self.con.execute("SELECT 1 FROM work_queue WHERE id=?", (step_id,)).fetchone() is not None
+
+    def done(self, step_id: int) -> None:
+        self.con.execute("DELETE FROM work_queue WHERE id=?", (step_id,))
+
+    def attempted(self, step_id: int) -> None:
+        self.con.execute("UPDATE work_queue SET attempts=attempts+1 WHERE id=?", (step_id,))
+
+    def drop_message(self, message_id: int) -> None:
+        """A forgotten message's pending placement."""
+        self.con.execute("DELETE FROM work_queue WHERE message_id=? AND kind=?", (message_id, PLACE))
+
+    def backlog(self) -> tuple[int, str | None]:
+        """(pending steps, creation time of the oldest)."""
+        n, oldest = self.con.execute("SELECT count(*), min(created_at) FROM work_queue").fetchone()
+        return int(n), oldest
+
+    def unplaced(self) -> int:
+        """Messages waiting for their placement step."""
+        return int(self.con.execute("SELECT count(*) FROM work_queue WHERE kind=?", (PLACE,)).fetchone()[0])
