@@ -89,7 +89,8 @@ def test_active_fact_promoted_after_recurring_need_then_used_directly(tmp_path, 
 
     llm_server.route({prompts.SUFFICIENCY_SYSTEM: '{"sufficient": true}',
                       prompts.ANSWER_SYSTEM: '{"answer": "The violin."}'})
-    with Memory(db, embedder=embedder, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs()) as mem:
+    with Memory(db, embedder=embedder, llm="openai/test-model", process="inline",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
         ans = mem.ask("Tell me which instrument Ben plays", budget_tokens=400)
         assert ans.sufficient and not ans.evidence and ans.text == "The violin." and not ans.extractive
         assert any(f.kind == "active" and "violin" in f.stmt for f in ans.facts)
