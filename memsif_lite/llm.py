@@ -221,11 +221,22 @@ def _not_the_models(e: Exception) -> bool:
     return isinstance(e, TypeError) or type(e).__name__ in _CONFIG_ERRORS
 
 
-def _outage(e: Exception) -> bool:
-    """The model did not answer at all (timeout, refused connection)."""
-    name = type(e).__name__
-    return name in {"Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError"} \
-        or isinstance(e, (TimeoutError, ConnectionError))
+_OUTAGES = {"Timeout", "APITimeoutError", "APIConnectionError", "ConnectError", "ConnectTimeout", "ReadTimeout",
+            "ServiceUnavailableError"}
+
+
+def _outage(e: BaseException) -> bool:
+    """The model did not answer at all (timeout, refused connection) — litellm sometimes wraps
+    these in other types, so the whole cause chain is looked at."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if type(cur).__name__ in _OUTAGES or isinstance(cur, (TimeoutError, ConnectionError)) \
+                or "Connection error" in str(cur)[:200]:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _retryable(e: Exception) -> bool:

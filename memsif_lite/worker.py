@@ -117,7 +117,7 @@ class Worker:
             closed = self.segments.apply(msg.id, vec, ents, msg.at, decision)
             if closed is not None:
                 self.db.queue.push(CLOSE, msg.id, now_stored(), segment_id=closed)
-            self.db.queue.done(step.id)
+            self.db.queue.done(step)
 
     def _close(self, step: Step) -> None:
         sid = step.segment_id
@@ -137,7 +137,7 @@ class Worker:
                     self.db.structure.set_segment_title(sid, title)
                 self.trajectories.apply(sid, decision)
                 self.db.queue.push(EXTRACT, step.message_id, now_stored(), segment_id=sid)
-            self.db.queue.done(step.id)
+            self.db.queue.done(step)
 
     def _extract(self, step: Step) -> None:
         sid = step.segment_id
@@ -150,7 +150,7 @@ class Worker:
                 return
             for i, c in enumerate(candidates):
                 self.db.queue.push(FACT, step.message_id, now_stored(), payload=c.to_json(), index=i)
-            self.db.queue.done(step.id)
+            self.db.queue.done(step)
 
     def _fact(self, step: Step) -> None:
         assert step.payload is not None
@@ -165,16 +165,16 @@ class Worker:
             if not self._still_pending(step):
                 return
             self.core_facts.apply(c, decision)
-            self.db.queue.done(step.id)
+            self.db.queue.done(step)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _still_pending(self, step: Step) -> bool:
         """Inside the apply transaction: has another process applied this step already?"""
-        return self.db.queue.exists(step.id)
+        return self.db.queue.exists(step)
 
     def _drop(self, step: Step) -> None:
         with self.db.write_or_join():
-            self.db.queue.done(step.id)
+            self.db.queue.done(step)
 
 
 class Background:

@@ -38,14 +38,14 @@ class Queue(Table):
                              "FROM work_queue ORDER BY message_id, sub LIMIT 1").fetchone()
         return None if r is None else Step(*r)
 
-    def exists(self, step_id: int) -> bool:
-        return self.con.execute("SELECT 1 FROM work_queue WHERE id=?", (step_id,)).fetchone() is not None
+    # A step is identified by (message_id, sub), never by its rowid: rowids of deleted rows are
+    # reused, while a (message_id, sub) pair is enqueued at most once in a file's life.
+    def exists(self, step: Step) -> bool:
+        return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=?",
+                                (step.message_id, step.sub)).fetchone() is not None
 
-    def done(self, step_id: int) -> None:
-        self.con.execute("DELETE FROM work_queue WHERE id=?", (step_id,))
-
-    def attempted(self, step_id: int) -> None:
-        self.con.execute("UPDATE work_queue SET attempts=attempts+1 WHERE id=?", (step_id,))
+    def done(self, step: Step) -> None:
+        self.con.execute("DELETE FROM work_queue WHERE message_id=? AND sub=?", (step.message_id, step.sub))
 
     def drop_message(self, message_id: int) -> None:
         """A forgotten message's pending placement."""
