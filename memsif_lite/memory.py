@@ -13,8 +13,9 @@ from .active_facts import Evidence
 from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
-from .errors import InvalidInputError, MemoryFileError, NotFoundError
+from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyError
 from .forgetting import forget_fact, forget_message
+from .llm import require_litellm
 from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
 from .timeutil import from_stored, to_stored
@@ -34,41 +35,34 @@ class Memory:
     ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``,
     ``"hosted_vllm/Qwen/Qwen3-4B"``); ``llm_kwargs`` go to every call (``api_base``, ``api_key``,
     ``timeout``...; they win over memsif's defaults). Without ``llm`` every step uses its
-    deterministic offline fallback. ``embedder`` replaces the embedding model (any object with
-    the :class:`~memsif_lite.embed.Embedder` protocol); by default an existing file is opened
-    with the model it records, a new one with ``config.embedding_model`` or the bundled model.
+    deterministic offline fallback (litellm comes with the ``llm`` extra). ``read_only`` opens an
+    existing file without ever writing to it: writes raise ReadOnlyError. ``embedder`` replaces
+    the embedding model (any :class:`~memsif_lite.embed.Embedder`); by default an existing file
+    is opened with the model it records, a new one with ``config.embedding_model`` or the bundled
+    model.
     ``boundary_judge`` / ``trajectory_judge`` replace the segment-boundary and trajectory judges
     (the protocols in :mod:`memsif_lite.segments` and :mod:`memsif_lite.trajectories`).
     """
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,
-                 boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None):
+                 boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None,
+                 read_only: bool = False):
         if config is not None and not isinstance(config, Config):
             raise InvalidInputError("config must be a memsif_lite.Config")
         if llm is not None and (not isinstance(llm, str) or not llm.strip()):
             raise InvalidInputError("llm must be a litellm model string such as 'openai/gpt-4o-mini'")
         if llm_kwargs is not None and not isinstance(llm_kwargs, Mapping):
             raise InvalidInputError("llm_kwargs must be a mapping of litellm keyword arguments")
+        if llm is not None:
+            require_litellm()  # a clear ConfigError naming the `llm` extra, before any file is touched
         self.path = Path(path)
         self.config = cfg = config or Config()
+        self.read_only = bool(read_only)
         self._lock = threading.RLock()
-        self._closed = True
-        info = store.inspect(self.path)  # refuses foreign/newer/hostile files before anything else
-        emb = embedder or pipelines.embedder_for(cfg, info)
-        if info is not None:  # a file made with another model is refused before it is opened for writing
-            store.check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, self.path)
-        con = store.connect(self.path, dim=emb.dim, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms,
-                            initial_meta=pipelines.initial_meta(emb))
-        self._db = Database(con)
-        try:
-            with store.map_errors():
-                pipelines.check_meta(self._db, emb, cfg, self.path)
-        except BaseException:
-            self._db.close()
-            raise
+        self._db, emb = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only)
         self._closed = False
-        self._llm = pipelines.make_llm(self._db, llm, llm_kwargs, cfg)
+        self._llm = pipelines.make_llm(self._db, llm, llm_kwargs, cfg, record_calls=not self.read_only)
         self._p = pipelines.build(self._db, cfg, emb, self._llm, boundary_judge=boundary_judge,
                                   trajectory_judge=trajectory_judge)
 
@@ -86,11 +80,14 @@ class Memory:
                 self._db.close()
 
     @contextlib.contextmanager
-    def _session(self) -> Iterator[Database]:
-        """Every public call: the lock, an open file, SQLite errors mapped to StorageError."""
+    def _session(self, write: str | None = None) -> Iterator[Database]:
+        """Every public call: the lock, an open file, SQLite errors mapped to StorageError;
+        ``write`` names a call that writes, refused on a read-only Memory."""
         with self._lock:
             if self._closed:
                 raise MemoryFileError("this Memory is closed")
+            if write and self.read_only:
+                raise ReadOnlyError(f"{write}() writes to {self.path}, which this Memory opened read-only")
             with store.map_errors():
                 yield self._db
 
@@ -106,7 +103,7 @@ class Memory:
         with ``speaker``, ``text`` and optional ``at``, ``session``, ``source_id``. Nothing is
         written if any item is invalid. ``progress(n)`` is called as messages are placed."""
         rows = self._p.ingest.validate(messages)
-        with self._session():
+        with self._session("add"):
             return self._p.ingest.add(rows, progress)
 
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
@@ -116,7 +113,7 @@ class Memory:
         self._check_question(question, 2000)
         if not all(isinstance(e, Evidence) for e in evidence):
             raise InvalidInputError("evidence must be a sequence of memsif_lite.Evidence")
-        with self._session():
+        with self._session("accumulate"):
             self._p.query.accumulate(question, evidence)
 
     def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
@@ -124,7 +121,7 @@ class Memory:
         transaction. Exactly one of ``message_id`` / ``fact_id``."""
         if (message_id is None) == (fact_id is None):
             raise InvalidInputError("give exactly one of message_id or fact_id")
-        with self._session() as db, db.write():
+        with self._session("forget") as db, db.write():
             if message_id is not None:
                 if not db.messages.exists(message_id):
                     raise NotFoundError(f"no message with id {message_id}")
@@ -207,7 +204,7 @@ class Memory:
     def import_from(self, path: str | Path) -> dict[str, int]:
         """Load an export into this (fresh) memory file, in one transaction."""
         emb = self._p.embeddings.embedder
-        with self._session() as db:
+        with self._session("import_from") as db:
             return db.admin.import_from(Path(path), model_id=emb.model_id, dim=emb.dim)
 
     def backup(self, dest: str | Path) -> None:
@@ -232,11 +229,12 @@ class Memory:
     def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None) -> Answer:
         """Answer from memory (paper §3.5). With an LLM: its answer from the assembled context;
         offline: an extractive answer (``Answer.extractive``). Afterwards the query-local
-        evidence feeds the ActiveFact track (one transaction). ``now`` fixes "today" for the
+        evidence feeds the ActiveFact track (one transaction; so a read-only Memory refuses
+        ``ask``: use :meth:`context`). ``now`` fixes "today" for the
         answer prompt (tests, benchmarks)."""
         self._check_question(question, budget_tokens)
         at = from_stored(to_stored(now)) if now is not None else None
-        with self._session():
+        with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at)
 
     @staticmethod

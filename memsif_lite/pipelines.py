@@ -15,12 +15,14 @@ from typing import Any, Mapping
 import apsw
 import sqlite_vec
 
+from . import store
 from .active_facts import ActiveFactStore
 from .config import Config
 from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOperationChooser, OfflineFactExtractor,
                          OfflineOperationChooser, OperationChooser)
 from .db import Database
 from .embed import Embedder, Embeddings, resolve_embedder
+from .errors import MemoryFileError
 from .ingest import IngestPipeline
 from .llm import LLM, CallRecord
 from .query import QueryPipeline
@@ -31,7 +33,7 @@ from .timeutil import now_stored
 from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, TrajectoryBuilder, TrajectoryJudge
 from .version import __version__
 
-__all__ = ["Pipelines", "build", "make_llm", "check_meta", "embedder_for", "initial_meta"]
+__all__ = ["Pipelines", "build", "make_llm", "check_meta", "embedder_for", "initial_meta", "open_database"]
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,10 @@ def initial_meta(emb: Embedder) -> dict[str, str]:
             "sqlite_vec_version": getattr(sqlite_vec, "__version__", "")}
 
 
-def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, cfg: Config) -> LLM | None:
-    """The configured LLM, recording every call in the file's ``llm_calls`` table."""
+def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, cfg: Config, *,
+             record_calls: bool = True) -> LLM | None:
+    """The configured LLM, recording every call in the file's ``llm_calls`` table (unless
+    ``record_calls`` is false: a read-only file)."""
     if model is None:
         return None
 
@@ -109,15 +113,38 @@ def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, 
                                      prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
                                      latency_ms=r.latency_ms, ok=r.ok, error=r.error)
 
-    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs, record=record)
+    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs,
+               record=record if record_calls else None)
 
 
-def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path) -> None:
+def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path, *, write: bool = True) -> None:
     """The file's recorded model must be ``emb``; the CoreFact schema in use is recorded (a
-    file describes itself)."""
+    file describes itself) unless ``write`` is false."""
     meta = db.admin.meta()
     check_embedding(meta, emb.model_id, emb.dim, emb.metric, path)
     schema = json.dumps([{"name": t.name, "description": t.description} for t in cfg.fact_schema])
-    if meta.get("fact_schema") != schema:
+    if write and meta.get("fact_schema") != schema:
         with db.write():
             db.admin.set_meta(fact_schema=schema)
+
+
+def open_database(path: Path, cfg: Config, embedder: Embedder | None, *, read_only: bool) -> tuple[Database, Embedder]:
+    """Inspect the file (refusing foreign, newer or hostile files before anything else), pick
+    the embedder, connect and check the meta. ``read_only`` opens an existing file only,
+    without writing to it."""
+    info = store.inspect(path)
+    if read_only and info is None:
+        raise MemoryFileError(f"no memory file at {path} (opening read-only never creates one)")
+    emb = embedder or embedder_for(cfg, info)
+    if info is not None:  # a file made with another model is refused before it is opened for writing
+        check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, path)
+    con = store.connect(path, dim=emb.dim, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms,
+                        readonly=read_only, initial_meta=initial_meta(emb))
+    db = Database(con)
+    try:
+        with map_errors():
+            check_meta(db, emb, cfg, path, write=not read_only)
+    except BaseException:
+        db.close()
+        raise
+    return db, emb
