@@ -131,8 +131,9 @@ def _memory_location(f: F) -> F:
     return _options(
         click.option("--db", envvar="MEMSIF_DB", default=None, type=click.Path(dir_okay=False),
                      help="Memory file (also from MEMSIF_DB); or name it with --user / --agent."),
-        click.option("--user", default=None, help="Use this user's memory file under --home (instead of --db)."),
-        click.option("--agent", default=None,
+        click.option("--user", default=None, metavar="NAME",
+                     help="Use this user's memory file under --home (instead of --db)."),
+        click.option("--agent", default=None, metavar="NAME",
                      help="Use this agent's memory file under --home (with --user: that user's, for this agent)."),
         click.option("--home", envvar="MEMSIF_HOME", default=None, type=click.Path(file_okay=False),
                      help="Directory of per-user/agent memory files (also MEMSIF_HOME; default: the user data "
@@ -159,7 +160,8 @@ def _resolve_db(db: str | None, user: str | None, agent: str | None, home: str |
 file_options = _options(_memory_location, config_option)
 llm_options = _options(
     click.option("--llm", envvar="MEMSIF_LLM", default=None,
-                 help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM)."),
+                 help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM; "
+                      "needs the llm extra)."),
     click.option("--api-base", envvar="MEMSIF_API_BASE", default=None,
                  help="Base URL of an OpenAI-compatible server: vLLM, Ollama... (also MEMSIF_API_BASE)."),
     click.option("--api-key", envvar="MEMSIF_API_KEY", default=None,
