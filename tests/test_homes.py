@@ -57,7 +57,7 @@ names = st.one_of(st.text(max_size=80),
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(user=names, agent=st.one_of(st.none(), names))
+@given(user=st.one_of(st.none(), names), agent=st.one_of(st.none(), names))
 def test_no_accepted_name_resolves_outside_the_home(tmp_path, user, agent):
     home = tmp_path / "home"
     try:
@@ -65,7 +65,12 @@ def test_no_accepted_name_resolves_outside_the_home(tmp_path, user, agent):
     except InvalidInputError:
         return
     rel = p.resolve().relative_to(home.resolve())        # raises if outside
-    expected = ("users", user.lower() + ".db") if agent is None else ("users", user.lower(), agent.lower() + ".db")
+    if user is None:
+        expected: tuple[str, ...] = ("agents", agent.lower() + ".db")
+    elif agent is None:
+        expected = ("users", user.lower() + ".db")
+    else:
+        expected = ("users", user.lower(), agent.lower() + ".db")
     assert rel.parts == expected
     for part in rel.parts:
         assert part not in (".", "..") and not part.startswith(".") and "\x00" not in part
