@@ -97,6 +97,8 @@ def test_without_litellm_an_llm_is_a_clear_error_naming_the_extra(tmp_path):
             Memory({str(db)!r}, llm="openai/gpt-4o-mini", embedder=FakeEmbedder())
         except ConfigError as e:
             print("ConfigError:", e)
+        import os
+        print("created:", os.path.exists({str(db)!r}))              # refused before the file was touched
         with Memory({str(db)!r}, embedder=FakeEmbedder()) as mem:     # no LLM: everything works
             mem.add("Ana", "I live in Lisbon.")
             print(mem.search("Lisbon")[0].text, mem.ask("Where does Ana live?").extractive)
@@ -110,7 +112,7 @@ def test_without_litellm_an_llm_is_a_clear_error_naming_the_extra(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("ConfigError:") and "pip install 'memsif_lite[llm]'" in lines[0]
-    assert lines[1:] == ["I live in Lisbon. True", "embedder ConfigError", "False"]
+    assert lines[1:] == ["created: False", "I live in Lisbon. True", "embedder ConfigError", "False"]
 
 
 def test_without_litellm_the_cli_says_which_extra_to_install(tmp_path):
