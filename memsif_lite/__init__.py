@@ -17,6 +17,7 @@ from .errors import (  # noqa: E402
     MemsifError,
     NotAMemoryFileError,
     NotFoundError,
+    ReadOnlyError,
     SchemaVersionError,
     StorageBusyError,
     StorageCorruptError,
@@ -26,6 +27,7 @@ from .errors import (  # noqa: E402
 from .active_facts import Evidence  # noqa: E402
 from .embed import Embedder, LiteLLMEmbedder, OnnxEmbedder, register_embedder  # noqa: E402
 from .memory import Memory  # noqa: E402
+from .homes import memory_path, open_memory  # noqa: E402
 from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
@@ -40,6 +42,8 @@ from .types import (  # noqa: E402
 
 __all__ = [
     "Memory",
+    "open_memory",
+    "memory_path",
     "Config",
     "FactType",
     "Message",
@@ -66,6 +70,7 @@ __all__ = [
     "EmbeddingMismatchError",
     "InvalidInputError",
     "ConfigError",
+    "ReadOnlyError",
     "NotFoundError",
     "EmbeddingError",
     "LLMError",

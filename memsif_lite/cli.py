@@ -18,34 +18,37 @@ Errors and exit codes
     logs the traceback of an unexpected error at debug level.
 
 Options
-    Every command that opens a memory file takes ``--db`` (or MEMSIF_DB) and ``--config`` (or
+    Every command that opens a memory file takes ``--db`` (or MEMSIF_DB) — or ``--user`` /
+    ``--agent`` for a file per user/agent under ``--home`` (MEMSIF_HOME) — and ``--config`` (or
     MEMSIF_CONFIG); the commands that can call an LLM (``ingest``, ``ask``) also take ``--llm``,
-    ``--api-base`` and ``--api-key`` (or MEMSIF_LLM, MEMSIF_API_BASE, MEMSIF_API_KEY). Only
+    ``--api-base`` and ``--api-key`` (or MEMSIF_LLM, MEMSIF_API_BASE, MEMSIF_API_KEY); so does
+    ``mcp``, the MCP server. Only
     ``ingest``, ``import`` and ``demo`` create a memory file; the other commands refuse a path
     where there is none, so a mistyped ``--db`` does not leave an empty memory file behind.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import errno
+import functools
 import json
 import logging
-import math
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from pathlib import Path, PurePath
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import click
+from click.core import ParameterSource
 
 from memsif_lite import Config, Memory
-from memsif_lite.errors import MemsifError
+from memsif_lite.errors import InvalidInputError, MemsifError
+from memsif_lite.homes import make_private_dirs, memory_path
 from memsif_lite.importers import read_any, read_jsonl
+from memsif_lite.jsonable import to_jsonable
 
 __all__ = ["main", "to_jsonable"]
 
@@ -54,29 +57,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- output ----------------------------------------------------------------------------------------
-def to_jsonable(obj: Any) -> Any:
-    """The one encoder behind every ``--json``: plain JSON values for library objects."""
-    if obj is None or isinstance(obj, (str, bool, int)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return [to_jsonable(v) for v in sorted(obj, key=repr)]
-    if isinstance(obj, (dt.datetime, dt.date, dt.time)):
-        return obj.isoformat()
-    if isinstance(obj, PurePath):
-        return str(obj)
-    if hasattr(obj, "tolist"):  # numpy scalars and arrays
-        return to_jsonable(obj.tolist())
-    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
-
-
 def _emit(doc: Mapping[str, Any]) -> None:
     click.echo(json.dumps(to_jsonable(doc), ensure_ascii=False))
 
@@ -137,14 +117,51 @@ def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 config_option = click.option("--config", "config", envvar="MEMSIF_CONFIG", type=click.Path(exists=True, dir_okay=False),
                              help="Config file, JSON or TOML (also from MEMSIF_CONFIG).")
-file_options = _options(
-    click.option("--db", envvar="MEMSIF_DB", required=True, type=click.Path(dir_okay=False),
-                 help="Memory file (also from MEMSIF_DB)."),
-    config_option,
-)
+
+
+def _memory_location(f: F) -> F:
+    """The one way a command names its memory file: ``--db FILE``, or ``--user`` / ``--agent``
+    (one file each under ``--home``, see :mod:`memsif_lite.homes`). The command receives ``db``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, db: str | None, user: str | None, agent: str | None, home: str | None,
+                **kwargs: Any) -> Any:
+        return f(*args, db=_resolve_db(db, user, agent, home), **kwargs)
+
+    return _options(
+        click.option("--db", envvar="MEMSIF_DB", default=None, type=click.Path(dir_okay=False),
+                     help="Memory file (also from MEMSIF_DB); or name it with --user / --agent."),
+        click.option("--user", default=None, metavar="NAME",
+                     help="Use this user's memory file under --home (instead of --db)."),
+        click.option("--agent", default=None, metavar="NAME",
+                     help="Use this agent's memory file under --home (with --user: that user's, for this agent)."),
+        click.option("--home", envvar="MEMSIF_HOME", default=None, type=click.Path(file_okay=False),
+                     help="Directory of per-user/agent memory files (also MEMSIF_HOME; default: the user data "
+                          "directory, e.g. ~/.local/share/memsif)."),
+    )(cast(F, wrapper))
+
+
+def _resolve_db(db: str | None, user: str | None, agent: str | None, home: str | None) -> str:
+    ctx = click.get_current_context()
+    if user is None and agent is None:
+        if db is None:
+            raise click.UsageError("name the memory file: --db FILE (or MEMSIF_DB), or --user NAME / --agent NAME")
+        return db
+    if db is not None and ctx.get_parameter_source("db") is not ParameterSource.ENVIRONMENT:
+        raise click.UsageError("--db and --user/--agent both name the memory file: give one of them")
+    try:
+        path = memory_path(user, agent, home=home)
+    except InvalidInputError as e:
+        raise click.BadParameter(str(e), param_hint="'--user' / '--agent'") from None
+    ctx.meta["memsif.home_file"] = True  # _open(create=True) makes its directories
+    return str(path)
+
+
+file_options = _options(_memory_location, config_option)
 llm_options = _options(
     click.option("--llm", envvar="MEMSIF_LLM", default=None,
-                 help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM)."),
+                 help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM; "
+                      "needs the llm extra)."),
     click.option("--api-base", envvar="MEMSIF_API_BASE", default=None,
                  help="Base URL of an OpenAI-compatible server: vLLM, Ollama... (also MEMSIF_API_BASE)."),
     click.option("--api-key", envvar="MEMSIF_API_KEY", default=None,
@@ -153,13 +170,16 @@ llm_options = _options(
 
 
 def _open(db: str, config: str | None = None, llm: str | None = None, api_base: str | None = None,
-          api_key: str | None = None, *, create: bool = False) -> Memory:
+          api_key: str | None = None, *, create: bool = False, read_only: bool = False) -> Memory:
     """The one way the CLI opens a memory file. The embedding model is the one the file records."""
     if not create and not Path(db).exists():
         raise click.ClickException(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
+    ctx = click.get_current_context(silent=True)
+    if create and ctx is not None and ctx.meta.get("memsif.home_file"):
+        make_private_dirs(Path(db).parent)
     cfg = Config.from_file(config) if config else None
     llm_kwargs = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
-    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None)
+    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None, read_only=read_only)
 
 
 def _writable_parent(path: str) -> None:
@@ -506,6 +526,28 @@ def check(db: str, config: str | None, as_json: bool) -> None:
                    f"{_plural(st['core_facts'], 'fact')}")
     if problems:
         sys.exit(1)
+
+
+@main.command("mcp")
+@file_options
+@llm_options
+@click.option("--allow-forget", is_flag=True,
+              help="Offer the forget tool (off by default: a model can be steered by what it reads).")
+@click.option("--read-only", is_flag=True,
+              help="Open the file read-only and offer the reading tools only (search, context, facts, stats).")
+def mcp_cmd(db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
+            allow_forget: bool, read_only: bool) -> None:
+    """Serve the memory to an MCP client (Claude Desktop, Cursor, VS Code...) over stdio.
+
+    Tools: remember, search, context, ask, facts, stats, and forget with --allow-forget. The file
+    is created if needed (not with --read-only). Needs the mcp extra: pip install 'memsif_lite[mcp]'.
+    """
+    if read_only and allow_forget:
+        raise click.UsageError("--read-only and --allow-forget contradict each other")
+    from memsif_lite import mcp_server  # the MCP SDK is imported only by this command
+
+    mem = _open(db, config, llm, api_base, api_key, create=not read_only, read_only=read_only)
+    mcp_server.serve(mem, allow_forget=allow_forget)
 
 
 @main.command()

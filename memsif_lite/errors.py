@@ -6,7 +6,8 @@ MemsifError
 │   ├── SchemaVersionError   written by a newer memsif_lite (or an unknown schema)
 │   └── EmbeddingMismatchError  written with another embedding model / dimension
 ├── InvalidInputError        bad text, timestamp, session, ids (also a ValueError)
-├── ConfigError              invalid configuration values (also a ValueError)
+├── ConfigError              invalid configuration values, or an optional extra that is not installed
+├── ReadOnlyError            a write on a Memory opened with ``read_only=True``
 ├── NotFoundError            an id that does not exist (also a KeyError)
 ├── EmbeddingError           the embedder failed or returned bad vectors
 ├── LLMError                 the configured LLM failed (only raised where no fallback exists)
@@ -29,6 +30,7 @@ __all__ = [
     "EmbeddingMismatchError",
     "InvalidInputError",
     "ConfigError",
+    "ReadOnlyError",
     "NotFoundError",
     "EmbeddingError",
     "LLMError",
@@ -65,6 +67,10 @@ class InvalidInputError(MemsifError, ValueError):
 
 class ConfigError(MemsifError, ValueError):
     """A configuration value is out of range or inconsistent."""
+
+
+class ReadOnlyError(MemsifError):
+    """A write (``add``, ``forget``, ``ask``...) on a Memory opened with ``read_only=True``."""
 
 
 class NotFoundError(MemsifError, KeyError):

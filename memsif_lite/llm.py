@@ -9,6 +9,7 @@ SQL as bound parameters.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -18,9 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
-from .errors import LLMError
+from .errors import ConfigError, LLMError
 
-__all__ = ["LLM", "ModelHealth", "Prompt", "CallRecord", "import_litellm", "parse_json_object", "ReplyError"]
+__all__ = ["LLM", "ModelHealth", "Prompt", "CallRecord", "import_litellm", "require_litellm", "parse_json_object",
+           "ReplyError"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -31,11 +33,28 @@ class ReplyError(ValueError):
     """The LLM's reply did not match what was asked for."""
 
 
+_MISSING = ("an LLM (or an API embedding model) needs litellm, which memsif_lite installs only with its "
+            "`llm` extra: pip install 'memsif_lite[llm]'")
+
+
+def require_litellm() -> None:
+    """Raise ConfigError naming the ``llm`` extra when litellm is not installed (without importing it)."""
+    try:
+        found = importlib.util.find_spec("litellm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(_MISSING)
+
+
 def import_litellm():
     """Import litellm without letting it reach for the network at import time."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_TELEMETRY", "False")
-    import litellm
+    try:
+        import litellm
+    except ImportError as e:
+        raise ConfigError(_MISSING) from e
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True

@@ -13,9 +13,9 @@ from .active_facts import Evidence
 from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
-from .errors import InvalidInputError, MemoryFileError, NotFoundError
+from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyError
 from .forgetting import forget
-from .llm import ModelHealth
+from .llm import ModelHealth, require_litellm
 from .query import Answer, Context, check_question
 from .retrieval import check_search
 from .segments import BoundaryJudge, list_segments
@@ -37,9 +37,11 @@ class Memory:
     ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``,
     ``"hosted_vllm/Qwen/Qwen3-4B"``); ``llm_kwargs`` go to every call (``api_base``, ``api_key``,
     ``timeout``...; they win over memsif's defaults). Without ``llm`` every step uses its
-    deterministic offline fallback. ``embedder`` replaces the embedding model (any object with
-    the :class:`~memsif_lite.embed.Embedder` protocol); by default an existing file is opened
-    with the model it records, a new one with ``config.embedding_model`` or the bundled model.
+    deterministic offline fallback (litellm comes with the ``llm`` extra). ``read_only`` opens an
+    existing file without ever writing to it: writes raise ReadOnlyError. ``embedder`` replaces
+    the embedding model (any :class:`~memsif_lite.embed.Embedder`); by default an existing file
+    is opened with the model it records, a new one with ``config.embedding_model`` or the bundled
+    model.
     ``boundary_judge`` / ``trajectory_judge`` replace the segment-boundary and trajectory judges
     (the protocols in :mod:`memsif_lite.segments` and :mod:`memsif_lite.trajectories`).
     ``process`` is ``"inline"``, ``"background"`` or ``"manual"`` (:class:`~memsif_lite.worker.Processor`).
@@ -48,36 +50,27 @@ class Memory:
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,
                  boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None,
-                 process: str | None = None):
+                 process: str | None = None, read_only: bool = False):
         if config is not None and not isinstance(config, Config):
             raise InvalidInputError("config must be a memsif_lite.Config")
         if llm is not None and (not isinstance(llm, str) or not llm.strip()):
             raise InvalidInputError("llm must be a litellm model string such as 'openai/gpt-4o-mini'")
         if llm_kwargs is not None and not isinstance(llm_kwargs, Mapping):
             raise InvalidInputError("llm_kwargs must be a mapping of litellm keyword arguments")
+        if llm is not None:
+            require_litellm()  # a clear ConfigError naming the `llm` extra, before any file is touched
         self.path = Path(path)
         self.config = cfg = config or Config()
+        self.read_only = bool(read_only)
         self._lock = threading.RLock()
-        self._closed = True
-        info = store.inspect(self.path)  # refuses foreign/newer/hostile files before anything else
-        emb = embedder or pipelines.embedder_for(cfg, info)
-        if info is not None:  # a file made with another model is refused before it is opened for writing
-            store.check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, self.path)
-        con = store.connect(self.path, dim=emb.dim, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms,
-                            initial_meta=pipelines.initial_meta(emb))
-        self._db = Database(con)
-        try:
-            with store.map_errors():
-                pipelines.check_meta(self._db, emb, cfg, self.path)
-        except BaseException:
-            self._db.close()
-            raise
+        self._db, emb = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only)
         self._closed = False
         health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s)
-        self._p = pipelines.build(self._db, cfg, emb, pipelines.make_llm(self._db, llm, llm_kwargs, cfg, health),
-                                  boundary_judge=boundary_judge, trajectory_judge=trajectory_judge)
+        llm_ = pipelines.make_llm(self._db, llm, llm_kwargs, cfg, health, record_calls=not self.read_only)
+        self._p = pipelines.build(self._db, cfg, emb, llm_, boundary_judge=boundary_judge,
+                                  trajectory_judge=trajectory_judge)
         setup = pipelines.Setup(self.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
-        self._processor = pipelines.processor(setup, process, self._p, health)
+        self._processor = pipelines.processor(setup, "manual" if self.read_only else process, self._p, health)
 
     def __enter__(self) -> "Memory":
         return self
@@ -96,11 +89,14 @@ class Memory:
                     self._db.close()
 
     @contextlib.contextmanager
-    def _session(self) -> Iterator[Database]:
-        """Every public call: the lock, an open file, SQLite errors mapped to StorageError."""
+    def _session(self, write: str | None = None) -> Iterator[Database]:
+        """Every public call: the lock, an open file, SQLite errors mapped to StorageError;
+        ``write`` names a call that writes, refused on a read-only Memory."""
         with self._lock:
             if self._closed:
                 raise MemoryFileError("this Memory is closed")
+            if write and self.read_only:
+                raise ReadOnlyError(f"{write}() writes to {self.path}, which this Memory opened read-only")
             with store.map_errors():
                 yield self._db
 
@@ -116,7 +112,7 @@ class Memory:
         with ``speaker``, ``text`` and optional ``at``, ``session``, ``source_id``. Nothing is
         written if any item is invalid. ``progress(n)`` is called as messages are placed."""
         rows = self._p.ingest.validate(messages)
-        with self._session():
+        with self._session("add"):
             ids = self._p.ingest.add(rows, progress, process=self._processor.in_add)
             self._processor.after_add()
             return ids
@@ -124,7 +120,7 @@ class Memory:
     def process(self, *, max_steps: int | None = None, max_seconds: float | None = None) -> ProcessReport:
         """Run queued pipeline steps (placement, segment close, CoreFacts) now, until the queue is
         empty or a limit is reached; LLM calls happen with no transaction open."""
-        with self._session():
+        with self._session("process"):
             return self._processor.run(max_steps, max_seconds)
 
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
@@ -134,13 +130,13 @@ class Memory:
         check_question(question, 2000)
         if not all(isinstance(e, Evidence) for e in evidence):
             raise InvalidInputError("evidence must be a sequence of memsif_lite.Evidence")
-        with self._session():
+        with self._session("accumulate"):
             self._p.query.accumulate(question, evidence)
 
     def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
         """Delete a message (and everything derived only from it) or a CoreFact, in one
         transaction. Exactly one of ``message_id`` / ``fact_id``."""
-        with self._session() as db:
+        with self._session("forget") as db:
             forget(db, self._p.active_facts, message_id=message_id, fact_id=fact_id)
 
     # -- reading ---------------------------------------------------------------------------
@@ -211,7 +207,7 @@ class Memory:
     def import_from(self, path: str | Path) -> dict[str, int]:
         """Load an export into this (fresh) memory file, in one transaction."""
         emb = self._p.embeddings.embedder
-        with self._session() as db:
+        with self._session("import_from") as db:
             return db.admin.import_from(Path(path), model_id=emb.model_id, dim=emb.dim)
 
     def backup(self, dest: str | Path) -> None:
@@ -236,9 +232,10 @@ class Memory:
     def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None) -> Answer:
         """Answer from memory (paper §3.5). With an LLM: its answer from the assembled context;
         offline: an extractive answer (``Answer.extractive``). Afterwards the query-local
-        evidence feeds the ActiveFact track (one transaction). ``now`` fixes "today" for the
+        evidence feeds the ActiveFact track (one transaction; so a read-only Memory refuses
+        ``ask``: use :meth:`context`). ``now`` fixes "today" for the
         answer prompt (tests, benchmarks)."""
         check_question(question, budget_tokens)
         at = from_stored(to_stored(now)) if now is not None else None
-        with self._session():
+        with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at)

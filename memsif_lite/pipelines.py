@@ -15,14 +15,15 @@ from typing import Any, Callable, Mapping
 import apsw
 import sqlite_vec
 
+from . import store
 from .active_facts import ActiveFactStore
 from .config import Config
 from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOperationChooser, OfflineFactExtractor,
                          OfflineOperationChooser, OperationChooser)
 from .db import Database
 from .embed import Embedder, Embeddings, resolve_embedder
+from .errors import InvalidInputError, MemoryFileError
 from .ingest import IngestPipeline
-from .errors import InvalidInputError
 from .llm import LLM, CallRecord, ModelHealth
 from .query import QueryPipeline
 from .retrieval import Retriever
@@ -33,7 +34,8 @@ from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, Trajectory
 from .version import __version__
 from .worker import Background, Processor, Worker
 
-__all__ = ["Pipelines", "Setup", "build", "make_llm", "processor", "check_meta", "embedder_for", "initial_meta"]
+__all__ = ["Pipelines", "Setup", "build", "make_llm", "processor", "check_meta", "embedder_for", "initial_meta",
+           "open_database"]
 
 
 @dataclass(frozen=True)
@@ -103,9 +105,10 @@ def initial_meta(emb: Embedder) -> dict[str, str]:
 
 
 def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, cfg: Config,
-             health: ModelHealth | None = None) -> LLM | None:
+             health: ModelHealth | None = None, *, record_calls: bool = True) -> LLM | None:
     """The configured LLM on one connection: it records every call in the file's ``llm_calls``
-    table and refuses to be called while that connection has a transaction open."""
+    table (unless ``record_calls`` is false: a read-only file) and refuses to be called while
+    that connection has a transaction open."""
     if model is None:
         return None
 
@@ -115,8 +118,8 @@ def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, 
                                      prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
                                      latency_ms=r.latency_ms, ok=r.ok, error=r.error)
 
-    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs, record=record,
-               in_transaction=lambda: db.in_transaction, health=health)
+    return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs,
+               record=record if record_calls else None, in_transaction=lambda: db.in_transaction, health=health)
 
 
 @dataclass(frozen=True)
@@ -149,12 +152,34 @@ def processor(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> 
     return Processor(mode, p.worker, offline=s.llm is None, background=bg)
 
 
-def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path) -> None:
+def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path, *, write: bool = True) -> None:
     """The file's recorded model must be ``emb``; the CoreFact schema in use is recorded (a
-    file describes itself)."""
+    file describes itself) unless ``write`` is false."""
     meta = db.admin.meta()
     check_embedding(meta, emb.model_id, emb.dim, emb.metric, path)
     schema = json.dumps([{"name": t.name, "description": t.description} for t in cfg.fact_schema])
-    if meta.get("fact_schema") != schema:
+    if write and meta.get("fact_schema") != schema:
         with db.write():
             db.admin.set_meta(fact_schema=schema)
+
+
+def open_database(path: Path, cfg: Config, embedder: Embedder | None, *, read_only: bool) -> tuple[Database, Embedder]:
+    """Inspect the file (refusing foreign, newer or hostile files before anything else), pick
+    the embedder, connect and check the meta. ``read_only`` opens an existing file only,
+    without writing to it."""
+    info = store.inspect(path)
+    if read_only and info is None:
+        raise MemoryFileError(f"no memory file at {path} (opening read-only never creates one)")
+    emb = embedder or embedder_for(cfg, info)
+    if info is not None:  # a file made with another model is refused before it is opened for writing
+        check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, path)
+    con = store.connect(path, dim=emb.dim, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms,
+                        readonly=read_only, initial_meta=initial_meta(emb))
+    db = Database(con)
+    try:
+        with map_errors():
+            check_meta(db, emb, cfg, path, write=not read_only)
+    except BaseException:
+        db.close()
+        raise
+    return db, emb

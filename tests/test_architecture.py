@@ -77,7 +77,7 @@ def test_sql_lives_in_the_data_access_layer_and_store_only():
 def test_memory_is_a_thin_facade_with_no_public_collaborators(memory):
     mem = memory()
     public = {k for k in vars(mem) if not k.startswith("_")}
-    assert public == {"path", "config"}
+    assert public == {"path", "config", "read_only"}
     assert len((PKG / "memory.py").read_text(encoding="utf-8").splitlines()) <= 250
 
 

@@ -142,8 +142,9 @@ def check_connection(con: Any) -> list[str]:
     res = con.execute("PRAGMA integrity_check").fetchall()
     if res != [("ok",)]:
         problems += [f"SQLite integrity check: {r[0]}" for r in res[:10]]
-    try:
-        con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
+    try:  # a read-only connection cannot run FTS5's command; integrity_check checks FTS5 too (SQLite >= 3.44)
+        if not con.readonly("main"):
+            con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
     except apsw.Error as e:
         problems.append(f"the full-text index does not match the messages ({e})")
     dim = int(store.read_meta(con)["embedding_dim"])

@@ -1,0 +1,151 @@
+"""``Memory(read_only=True)``, and the optional extras: litellm (``llm``) and the MCP SDK (``mcp``)
+are imported only when used, and a missing litellm is a clear error naming the extra. Absence
+is simulated in a subprocess (``sys.modules[name] = None``), never by uninstalling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fakes import FakeEmbedder, raw
+from memsif_lite import Config, FactType, Memory, MemoryFileError, ReadOnlyError, prompts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _filled(db: Path) -> None:
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        mem.add_many([{"speaker": "Ana", "text": "I live in Lisbon near the castle.", "at": "2024-01-10T09:00:00"},
+                      {"speaker": "Leo", "text": "I adopted a dog called Pixel.", "at": "2024-01-11T09:00:00"}])
+
+
+def test_read_only_reads_and_refuses_every_write(db, tmp_path):
+    _filled(db)
+    before = db.read_bytes()
+    with Memory(db, embedder=FakeEmbedder(), read_only=True) as mem:
+        assert mem.read_only and mem.stats()["messages"] == 2
+        assert mem.search("Lisbon")[0].speaker == "Ana"
+        assert "Lisbon" in mem.context("Where does Ana live?").text
+        assert mem.check() == []
+        mem.backup(tmp_path / "copy.db")
+        assert mem.export_to(tmp_path / "e.jsonl") > 2
+        for name, write in [("add", lambda: mem.add("Ana", "I moved to Porto.")),
+                            ("add", lambda: mem.add_many([{"speaker": "A", "text": "x"}])),
+                            ("forget", lambda: mem.forget(message_id=1)),
+                            ("ask", lambda: mem.ask("Where does Ana live?")),
+                            ("accumulate", lambda: mem.accumulate("q?", [])),
+                            ("import_from", lambda: mem.import_from(tmp_path / "e.jsonl"))]:
+            with pytest.raises(ReadOnlyError, match=f"{name}\\(\\) writes to .*read-only"):
+                write()
+    assert db.read_bytes() == before
+    with raw(db) as con:
+        assert con.execute("SELECT count(*) FROM messages").fetchone()[0] == 2
+
+
+def test_read_only_never_creates_a_file(tmp_path):
+    for path in (tmp_path / "missing.db", tmp_path / "empty.db"):
+        if path.name == "empty.db":
+            path.touch()
+        with pytest.raises(MemoryFileError, match="no memory file"):
+            Memory(path, embedder=FakeEmbedder(), read_only=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"] and (tmp_path / "empty.db").stat().st_size == 0
+
+
+def test_read_only_does_not_record_the_fact_schema_or_llm_calls(db, llm_server):
+    _filled(db)
+    cfg = Config(fact_schema=[FactType("Hobby", "what someone does for fun")])
+    llm_server.route({prompts.SUFFICIENCY_SYSTEM: '{"sufficient": false}'})
+    with Memory(db, embedder=FakeEmbedder(), read_only=True, config=cfg, llm="openai/test-model",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        assert "Lisbon" in mem.context("Where does Ana live?").text
+    assert llm_server.requests                                         # the LLM was used...
+    with raw(db) as con:                                               # ...and nothing was written
+        assert con.execute("SELECT count(*) FROM llm_calls").fetchone()[0] == 0
+        assert "Hobby" not in dict(con.execute("SELECT key, value FROM meta").fetchall())["fact_schema"]
+
+
+def test_a_reader_sees_what_a_writer_commits(db):
+    _filled(db)
+    with Memory(db, embedder=FakeEmbedder()) as writer, \
+            Memory(db, embedder=FakeEmbedder(), read_only=True) as reader:
+        writer.add("Ana", "I moved to Porto in March.")
+        assert reader.stats()["messages"] == 3
+        assert reader.search("Porto")[0].text == "I moved to Porto in March."
+
+
+# -- the optional extras --------------------------------------------------------------------------------
+def _python(code: str, *hidden: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter on this checkout, with ``hidden`` modules made unimportable."""
+    prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in hidden)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_without_litellm_an_llm_is_a_clear_error_naming_the_extra(tmp_path):
+    db = tmp_path / "m.db"
+    r = _python(f"""
+        from fakes import FakeEmbedder
+        from memsif_lite import ConfigError, Memory
+        try:
+            Memory({str(db)!r}, llm="openai/gpt-4o-mini", embedder=FakeEmbedder())
+        except ConfigError as e:
+            print("ConfigError:", e)
+        import os
+        print("created:", os.path.exists({str(db)!r}))              # refused before the file was touched
+        with Memory({str(db)!r}, embedder=FakeEmbedder()) as mem:     # no LLM: everything works
+            mem.add("Ana", "I live in Lisbon.")
+            print(mem.search("Lisbon")[0].text, mem.ask("Where does Ana live?").extractive)
+        from memsif_lite.embed import LiteLLMEmbedder
+        try:
+            LiteLLMEmbedder("openai/text-embedding-3-small")
+        except ConfigError as e:
+            print("embedder ConfigError")
+        print("litellm" in sys.modules and sys.modules["litellm"] is not None)
+    """, "litellm")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ConfigError:") and "pip install 'memsif_lite[llm]'" in lines[0]
+    assert lines[1:] == ["created: False", "I live in Lisbon. True", "embedder ConfigError", "False"]
+
+
+def test_without_litellm_the_cli_says_which_extra_to_install(tmp_path):
+    db = tmp_path / "m.db"
+    _filled(db)
+    r = _python(f"""
+        from memsif_lite.cli import main
+        main(["ask", "Where does Ana live?", "--db", {str(db)!r}, "--llm", "openai/gpt-4o-mini"])
+    """, "litellm")
+    assert r.returncode == 1 and r.stdout == "", r.stderr
+    assert r.stderr.startswith("Error: ") and "memsif_lite[llm]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_without_the_mcp_sdk_the_command_says_which_extra_to_install(tmp_path):
+    r = _python(f"""
+        from memsif_lite.cli import main
+        main(["mcp", "--db", {str(tmp_path / "m.db")!r}])
+    """, "mcp", "mcp.server", "mcp.server.mcpserver")
+    assert r.returncode == 1 and r.stdout == "", r.stderr
+    assert "memsif_lite[mcp]" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_optional_packages_are_imported_only_when_used(tmp_path):
+    r = _python(f"""
+        import json
+        import memsif_lite, memsif_lite.cli
+        from fakes import FakeEmbedder
+        with memsif_lite.Memory({str(tmp_path / "m.db")!r}) as mem:   # the real ONNX model
+            mem.add("Ana", "I live in Lisbon.")
+            mem.search("Lisbon"); mem.context("Where does Ana live?"); mem.ask("Where does Ana live?")
+        print(json.dumps(sorted(m for m in ("litellm", "mcp", "pydantic", "openai", "httpx") if m in sys.modules)))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == []
+
