@@ -17,10 +17,10 @@ from .core_facts import CoreFactWriter
 from .db import Database
 from .embed import Embeddings
 from .entities import extract_entities
-from .errors import InvalidInputError
+from .errors import InvalidInputError, InvalidMessageError
 from .llm import LLM
 from .segments import SegmentBuilder, segment_lines
-from .timeutil import now_stored, to_stored
+from .timeutil import now_stored, to_stored, utc_offset_min
 from .trajectories import TrajectoryBuilder
 
 __all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION"]
@@ -39,6 +39,7 @@ class MessageIn:
     at: str
     session: str | None
     source_id: str | None
+    utc_offset_min: int | None = None
 
     @property
     def passage(self) -> str:
@@ -50,7 +51,7 @@ class MessageIn:
         """Validate one mapping with ``speaker``, ``text`` and optional ``at``, ``session``,
         ``source_id``; anything else is an :class:`InvalidInputError` naming message ``index``."""
         def bad(why: str) -> InvalidInputError:
-            return InvalidInputError(f"message {index}: {why}")
+            return InvalidMessageError(index, why)
 
         if not isinstance(m, Mapping):
             raise bad("expected a mapping with 'speaker' and 'text'")
@@ -80,7 +81,7 @@ class MessageIn:
         source_id = m.get("source_id")
         if source_id is not None and (not isinstance(source_id, str) or len(source_id) > MAX_SESSION):
             raise bad("source_id must be a short string")
-        return cls(speaker, text, stored_at, session, source_id)
+        return cls(speaker, text, stored_at, session, source_id, None if at is None else utc_offset_min(at))
 
 
 def _string(value: Any, name: str, most: int, bad: Callable[[str], InvalidInputError]) -> str:
@@ -116,8 +117,10 @@ class IngestPipeline:
     def validate(self, messages: Iterable[Any]) -> list[MessageIn]:
         return [MessageIn.from_mapping(m, index=i, max_chars=self.max_chars) for i, m in enumerate(messages)]
 
-    def add(self, rows: list[MessageIn], progress: Callable[[int], None] | None = None) -> list[int]:
-        """Store validated messages in one transaction; returns their ids."""
+    def add(self, rows: list[MessageIn], progress: Callable[[int], None] | None = None, *,
+            skip_existing: bool = False) -> list[int]:
+        """Store validated messages in one transaction; returns their ids. ``skip_existing``: a
+        message already in the file (checked inside the transaction) is skipped, not returned."""
         if not rows:
             return []
         passages = [r.passage for r in rows]
@@ -129,8 +132,13 @@ class IngestPipeline:
         ids: list[int] = []
         with self.db.write():
             for r, h, v, e, line in zip(rows, hashes, vecs, ents, passages, strict=True):
+                if skip_existing and self.db.filters.already_present(r.speaker, r.text, r.at, r.source_id):
+                    if progress is not None:
+                        progress(1)
+                    continue
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
-                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v)
+                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v,
+                                              utc_offset_min=r.utc_offset_min)
                 placed = self.segments.place(mid, v, e, r.at, line)
                 if placed.closed_segment_id is not None:
                     self.close_segment(placed.closed_segment_id)

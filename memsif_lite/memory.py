@@ -10,10 +10,12 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from . import pipelines, store
 from .active_facts import Evidence
+from .checks import check_page, check_question, check_search
 from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError
+from .filters import MessageFilter, Names
 from .forgetting import forget_fact, forget_message
 from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
@@ -31,14 +33,12 @@ class Memory:
     ...     mem.add("Ana", "I moved to Lisbon in May.", at="2024-05-02T10:00:00")
     ...     mem.search("where does Ana live?")
 
-    ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``,
-    ``"hosted_vllm/Qwen/Qwen3-4B"``); ``llm_kwargs`` go to every call (``api_base``, ``api_key``,
-    ``timeout``...; they win over memsif's defaults). Without ``llm`` every step uses its
-    deterministic offline fallback. ``embedder`` replaces the embedding model (any object with
-    the :class:`~memsif_lite.embed.Embedder` protocol); by default an existing file is opened
-    with the model it records, a new one with ``config.embedding_model`` or the bundled model.
-    ``boundary_judge`` / ``trajectory_judge`` replace the segment-boundary and trajectory judges
-    (the protocols in :mod:`memsif_lite.segments` and :mod:`memsif_lite.trajectories`).
+    ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``);
+    ``llm_kwargs`` go to every call (``api_base``, ``api_key``, ``timeout``...). Without ``llm``
+    every step uses its offline fallback. ``embedder`` replaces the embedding model (the
+    :class:`~memsif_lite.embed.Embedder` protocol; default: the model the file records, else
+    ``config.embedding_model`` or the bundled one). ``boundary_judge`` / ``trajectory_judge``
+    replace the judges (protocols in :mod:`memsif_lite.segments` / :mod:`memsif_lite.trajectories`).
     """
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
@@ -101,19 +101,21 @@ class Memory:
         return self.add_many([{"speaker": speaker, "text": text, "at": at, "session": session,
                                "source_id": source_id}])[0]
 
-    def add_many(self, messages: Iterable[Mapping[str, Any]], *, progress=None) -> list[int]:
+    def add_many(self, messages: Iterable[Mapping[str, Any]], *, progress=None,
+                 skip_existing: bool = False) -> list[int]:
         """Store many messages in one transaction with batched embedding. Each item is a mapping
         with ``speaker``, ``text`` and optional ``at``, ``session``, ``source_id``. Nothing is
-        written if any item is invalid. ``progress(n)`` is called as messages are placed."""
+        written if any item is invalid; ``progress(n)`` is called as messages are placed.
+        ``skip_existing``: skip messages already in the file (same ``source_id`` and speaker, else
+        same speaker, time and text) and return only the new ids."""
         rows = self._p.ingest.validate(messages)
         with self._session():
-            return self._p.ingest.add(rows, progress)
+            return self._p.ingest.add(rows, progress, skip_existing=skip_existing)
 
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
-        """Feed query-local evidence to the ActiveFact track (paper §3.4), as :meth:`ask` does
-        after answering: for agents that answer from :meth:`context` with their own LLM. Each
-        :class:`~memsif_lite.Evidence` names its statement, subject and source message ids."""
-        self._check_question(question, 2000)
+        """Feed query-local evidence (:class:`~memsif_lite.Evidence`) to the ActiveFact track, as
+        :meth:`ask` does: for agents that answer from :meth:`context` with their own LLM."""
+        check_question(question, 2000)
         if not all(isinstance(e, Evidence) for e in evidence):
             raise InvalidInputError("evidence must be a sequence of memsif_lite.Evidence")
         with self._session():
@@ -135,17 +137,14 @@ class Memory:
                 forget_fact(db, fact_id)
 
     # -- reading ---------------------------------------------------------------------------
-    def search(self, query: str, *, k: int = 10, level: str = "message") -> list[SearchResult]:
-        """Hybrid search: dense KNN (sqlite-vec) and BM25 (FTS5) fused by reciprocal rank fusion.
-        ``level`` is ``"message"``, ``"segment"`` or ``"trajectory"``."""
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInputError("query must be a non-empty string")
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
-            raise InvalidInputError("k must be an integer in [1, 1000]")
-        if level not in ("message", "segment", "trajectory"):
-            raise InvalidInputError("level must be 'message', 'segment' or 'trajectory'")
+    def search(self, query: str, *, k: int = 10, level: str = "message", speakers: Names = None,
+               sessions: Names = None, since: Any = None, until: Any = None) -> list[SearchResult]:
+        """Hybrid search (dense KNN + BM25, fused by RRF) at ``level`` message, segment or trajectory;
+        ``speakers``, ``sessions``, ``since``, ``until`` filter inside it (:mod:`memsif_lite.filters`)."""
+        check_search(query, k, level)
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session():
-            return self._p.retriever.search(query, k=k, level=level)
+            return self._p.retriever.search(query, k=k, level=level, flt=flt)
 
     def get(self, message_id: int) -> Message:
         with self._session() as db:
@@ -153,9 +152,13 @@ class Memory:
                 raise NotFoundError(f"no message with id {message_id}")
             return to_message(row)
 
-    def messages(self) -> list[Message]:
-        with self._session() as db:
-            return db.messages.all()
+    def messages(self, *, speakers: Names = None, sessions: Names = None, since: Any = None, until: Any = None,
+                 limit: int | None = None, offset: int = 0) -> list[Message]:
+        """Messages in the order they were added, filtered, one page (``limit``/``offset``)."""
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
+        check_page(limit, offset)
+        with self._session() as db, db.read():
+            return [to_message(r) for r in db.filters.messages(flt, limit, offset)]
 
     def segments(self) -> list[Segment]:
         """All Topical Segments in order, with their messages, span, entities and a label."""
@@ -174,11 +177,15 @@ class Memory:
 
     # -- facts -----------------------------------------------------------------------------------
     def facts(self, *, subject: str | None = None, type: str | None = None,  # noqa: A002 - the paper's name
-              include_superseded: bool = False) -> list[CoreFact]:
+              include_superseded: bool = False, speakers: Names = None, sessions: Names = None, since: Any = None,
+              until: Any = None) -> list[CoreFact]:
         """CoreFacts, current ones only unless ``include_superseded``; ``subject`` matches
-        case-insensitively."""
+        case-insensitively. Filters: subject in ``speakers``; a source message in ``sessions`` and
+        in [``since``, ``until``] (:mod:`memsif_lite.filters`)."""
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session() as db, db.read():
-            return db.facts.select(subject=subject, ftype=type, include_superseded=include_superseded)
+            return db.filters.only_facts(db.facts.select(subject=subject, ftype=type,
+                                                         include_superseded=include_superseded), flt)
 
     def fact_history(self, fact_id: int) -> list[FactEvent]:
         """Every change to a CoreFact, oldest first."""
@@ -199,8 +206,7 @@ class Memory:
 
     # -- portability and health ------------------------------------------------------------------
     def export_to(self, path: str | Path) -> int:
-        """Write everything (messages with vectors, structure, facts with history, clusters,
-        LLM-call accounting) as JSON lines from one consistent snapshot; returns the line count."""
+        """Write everything as JSON lines from one consistent snapshot; returns the line count."""
         with self._session() as db, db.read():
             return db.admin.export_to(Path(path))
 
@@ -221,28 +227,24 @@ class Memory:
             return db.admin.check()
 
     # -- the query pipeline ----------------------------------------------------------------------
-    def context(self, question: str, *, budget_tokens: int = 2000) -> Context:
+    def context(self, question: str, *, budget_tokens: int = 2000, speakers: Names = None, sessions: Names = None,
+                since: Any = None, until: Any = None) -> Context:
         """Facts, then (if they do not suffice) dated evidence from the interaction memory, as a
         ready-to-paste block within ``budget_tokens`` — for agents that call their own LLM.
-        Reads only: nothing is written."""
-        self._check_question(question, budget_tokens)
+        Reads only. Filters as in :meth:`search` and :meth:`facts`."""
+        check_question(question, budget_tokens)
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session():
-            return self._p.query.context(question, budget_tokens)
+            return self._p.query.context(question, budget_tokens, flt=flt)
 
-    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None) -> Answer:
-        """Answer from memory (paper §3.5). With an LLM: its answer from the assembled context;
-        offline: an extractive answer (``Answer.extractive``). Afterwards the query-local
-        evidence feeds the ActiveFact track (one transaction). ``now`` fixes "today" for the
-        answer prompt (tests, benchmarks)."""
-        self._check_question(question, budget_tokens)
+    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None, speakers: Names = None,
+            sessions: Names = None, since: Any = None, until: Any = None) -> Answer:
+        """Answer from memory (paper §3.5): the LLM's answer from the context, or offline an
+        extractive one (``Answer.extractive``); then the evidence feeds the ActiveFact track (one
+        transaction). ``now`` fixes "today" for the answer prompt. Filters as in :meth:`context`."""
+        check_question(question, budget_tokens)
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         at = from_stored(to_stored(now)) if now is not None else None
         with self._session():
-            return self._p.query.ask(question, budget_tokens, at)
-
-    @staticmethod
-    def _check_question(question: Any, budget_tokens: Any) -> None:
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidInputError("question must be a non-empty string")
-        if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or not 50 <= budget_tokens <= 200_000:
-            raise InvalidInputError("budget_tokens must be an integer in [50, 200000]")
+            return self._p.query.ask(question, budget_tokens, at, flt)
 

@@ -8,6 +8,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``facts``     — CoreFacts with sources, history and vectors
 * ``clusters``  — candidate clusters C_k and ActiveFacts
 * ``admin``     — meta, llm_calls, counts, export/import, check, backup
+* ``filters``   — filtered rankings and listings (speaker, session, time), "already present"
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -24,6 +25,7 @@ from .. import store
 from .admin import Admin
 from .clusters import Clusters
 from .facts import CoreFacts
+from .filtering import Filtering
 from .messages import Messages, to_message
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
@@ -39,6 +41,7 @@ class Database:
         self.facts = CoreFacts(con)
         self.clusters = Clusters(con)
         self.admin = Admin(con)
+        self.filters = Filtering(con)
 
     def write(self) -> contextlib.AbstractContextManager[apsw.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`)."""

@@ -1,0 +1,3 @@
+-- Reserved: schema step 4 belongs to other work on issue 12 (in flight when this branch was made).
+-- This placeholder only keeps the steps numbered 1..n here; when merging, delete it (the real
+-- 0004_*.sql takes its place).
