@@ -254,9 +254,16 @@ def _read_messages(file: str, speaker_map: dict[str, str] | None = None) -> list
 def _ingest(mem: Memory, labeled: list[tuple[str, dict[str, Any]]], *, label: str = "ingesting") -> list[int]:
     """All or nothing, in one transaction: every message is validated before anything is written
     (an error names its input line); messages already in the file are skipped."""
-    with click.progressbar(length=len(labeled), label=label, file=sys.stderr) as bar:
+    with contextlib.ExitStack() as stack:
+        bars: list[Any] = []
+
+        def progress(n: int) -> None:  # the bar appears once validation passed and storing began
+            if not bars:
+                bars.append(stack.enter_context(click.progressbar(length=len(labeled), label=label, file=sys.stderr)))
+            bars[0].update(n)
+
         try:
-            return mem.add_many([m for _, m in labeled], progress=bar.update, skip_existing=True)
+            return mem.add_many([m for _, m in labeled], progress=progress, skip_existing=True)
         except InvalidMessageError as e:
             raise click.ClickException(f"{labeled[e.index][0]}: {e.reason} (nothing was added)") from None
 

@@ -69,7 +69,10 @@ class MessageIn:
             raise bad(f"text longer than max_message_chars ({max_chars})")
         _unicode(text, "text", bad)
         at = m.get("at")
-        stored_at = now_stored() if at is None else to_stored(at)
+        try:
+            stored_at = now_stored() if at is None else to_stored(at)
+        except InvalidInputError as e:
+            raise bad(str(e)) from None
         session = m.get("session")
         if session is not None:
             if isinstance(session, bool) or not isinstance(session, (str, int)):
