@@ -239,3 +239,16 @@ def test_processes_creating_the_same_new_file_at_once_all_succeed(tmp_path):
         assert results == ["ok"] * 4, (attempt, results)
         r = run("check", "--db", path)
         assert r.exit_code == 0 and r.stdout.startswith("OK: ") and "4 messages" in r.stdout, (attempt, r.output)
+
+
+def test_readers_label_every_message_with_where_it_came_from(tmp_path):
+    from conftest import FIXTURES
+
+    from memsif_lite.importers import parse_speaker_map, read_labeled
+
+    got = read_labeled(lines({"speaker": "A", "text": "x", "session": None}, {"role": "user", "content": "y"}) + "\n",
+                       "f.jsonl", {"user": "Ana"})
+    assert got == [("f.jsonl:1", {"speaker": "A", "text": "x"}), ("f.jsonl:2", {"speaker": "Ana", "text": "y"})]
+    loco = read_labeled((FIXTURES / "locomo_tiny.json").read_text(), "tiny.json")
+    assert len(loco) == 7 and loco[0][0] == "tiny.json: conversation 1, session 1, message 1"
+    assert parse_speaker_map(" user = Ana , assistant=Bot ,") == {"user": "Ana", "assistant": "Bot"}
