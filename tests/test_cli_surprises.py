@@ -178,19 +178,33 @@ def test_filters_on_search_context_ask_and_facts(sample_db):
     assert run("facts", "--db", sample_db, "--active", "--speaker", "Leo").exit_code == 2
 
 
-def test_ask_marks_superseded_facts_and_lists_compact_evidence(sample_db):
-    r = run("ask", "Where does Maya live?", "--db", sample_db, "--evidence", "2")
+MOVES = [
+    {"speaker": "Maya", "text": "I live in Lisbon, near the castle.", "at": "2023-01-10T09:00:00", "session": "1"},
+    {"speaker": "Leo", "text": "My dog Pixel loves long walks in the park every morning.", "at": "2023-06-10T09:01:00"},
+    {"speaker": "Leo", "text": "Pixel the beagle chewed my running shoes again.", "at": "2023-06-10T09:02:00"},
+    {"speaker": "Maya", "text": "I live in Porto now, I moved last month.", "at": "2024-03-16T20:31:00"},
+    {"speaker": "Leo", "text": "I started learning the violin for the audition.", "at": "2024-07-16T20:32:00"},
+    {"speaker": "Leo", "text": "The violin exam is in September and I practise daily.", "at": "2024-07-16T20:33:00"},
+]
+
+
+def test_ask_marks_superseded_facts_and_lists_compact_evidence(tmp_path):
+    db = tmp_path / "moves.db"
+    assert run("ingest", _write(tmp_path, MOVES, "moves.jsonl"), "--db", db).exit_code == 0
+    r = run("ask", "Where does Maya live?", "--db", db, "--evidence", "2")
     assert r.exit_code == 0, r.output
-    doc = json.loads(run("ask", "Where does Maya live?", "--db", sample_db, "--json").stdout)
-    old = [f for f in doc["facts"] if f["valid_to"]]
-    for f in old:
-        assert f"fact core#{f['id']}:" in r.stdout and f"[superseded {f['valid_to'][:10]}]" in r.stdout
-    current = [f for f in doc["facts"] if not f["valid_to"]]
-    assert all(f"fact {f['kind']}#{f['id']}:" in r.stdout and "superseded" not in
-               next(line for line in r.stdout.splitlines() if f"#{f['id']}:" in line) for f in current)
-    evidence_lines = [line for line in r.stdout.splitlines() if re.match(r"^  \[\d{4}-\d\d-\d\d\] #", line)]
-    assert len(evidence_lines) == 2 and len(doc["evidence"]) > 2 and all(len(x) < 160 for x in evidence_lines)
-    assert f"… {len(doc['evidence']) - 2} more evidence items" in r.stdout
+    doc = json.loads(run("ask", "Where does Maya live?", "--db", db, "--json").stdout)
+    facts = {f["stmt"]: f for f in doc["facts"]}
+    lisbon, porto = facts["Maya lives in Lisbon"], facts["Maya lives in Porto"]
+    assert lisbon["valid_to"] and not porto["valid_to"]
+    out = r.stdout.splitlines()
+    assert f"  fact core#{lisbon['id']}: Maya lives in Lisbon  [superseded 2024-03-16]  (message 1)" in out
+    assert f"  fact core#{porto['id']}: Maya lives in Porto  (message 4)" in out
+    evidence_lines = [line for line in out if re.match(r"^  \[\d{4}-\d\d-\d\d\] #", line)]
+    assert len(evidence_lines) == 2 and len(doc["evidence"]) > 2
+    assert out[-1] == f"  … {len(doc['evidence']) - 2} more evidence items (--evidence N or --json)"
+    r = run("ask", "Where does Maya live?", "--db", db)
+    assert all(len(line) < 170 for line in r.stdout.splitlines())  # long messages are clipped to one line
 
 
 def test_show_trajectory_since_limit(sample_db):
