@@ -29,6 +29,7 @@ Options
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -36,7 +37,7 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -45,9 +46,9 @@ import click
 from click.core import ParameterSource
 
 from memsif_lite import Config, Memory
-from memsif_lite.errors import InvalidInputError, MemsifError
+from memsif_lite.errors import InvalidInputError, InvalidMessageError, MemsifError
 from memsif_lite.homes import make_private_dirs, memory_path
-from memsif_lite.importers import read_any, read_jsonl
+from memsif_lite.importers import parse_speaker_map, read_jsonl, read_labeled
 from memsif_lite.jsonable import to_jsonable
 
 __all__ = ["main", "to_jsonable"]
@@ -158,6 +159,22 @@ def _resolve_db(db: str | None, user: str | None, agent: str | None, home: str |
 
 
 file_options = _options(_memory_location, config_option)
+filter_options = _options(
+    click.option("--speaker", "speakers", multiple=True,
+                 help="Only messages by this speaker (repeatable; case-insensitive). For facts: their subject."),
+    click.option("--session", "sessions", multiple=True, help="Only messages of this session (repeatable)."),
+    click.option("--since", default=None, help="Only messages at or after this time (ISO 8601; a date alone: "
+                                                 "its start)."),
+    click.option("--until", default=None, help="Only messages at or before this time (ISO 8601; a date alone: "
+                                                 "its end)."),
+)
+
+
+def _filters(speakers: Sequence[str], sessions: Sequence[str], since: str | None, until: str | None) -> dict[str, Any]:
+    """The filter options as keyword arguments of the Python API (validated there)."""
+    return {"speakers": list(speakers) or None, "sessions": list(sessions) or None, "since": since, "until": until}
+
+
 llm_options = _options(
     click.option("--llm", envvar="MEMSIF_LLM", default=None,
                  help="litellm model string, e.g. openai/gpt-4o-mini or ollama/qwen3:4b (also MEMSIF_LLM; "
@@ -238,45 +255,131 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 # -- commands --------------------------------------------------------------------------------------
-def _read_messages(file: str) -> list[dict[str, Any]]:
+def _read_messages(file: str, speaker_map: dict[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(where, message) for every message of FILE (``-``: standard input), JSONL or LoCoMo."""
+    name = "<stdin>" if file == "-" else file
     try:
-        return read_any(file)
+        if file == "-":
+            text = sys.stdin.buffer.read().decode("utf-8")
+        else:
+            text = Path(file).read_bytes().decode("utf-8")
+        return read_labeled(text, name, speaker_map)
     except UnicodeDecodeError as e:
-        raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise click.ClickException(f"cannot read {name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except (KeyError, TypeError, AttributeError, IndexError) as e:
         raise click.ClickException(
-            f"cannot read {file}: not a JSONL or LoCoMo conversation ({type(e).__name__}: {e})") from None
+            f"cannot read {name}: not a JSONL or LoCoMo conversation ({type(e).__name__}: {e})") from None
 
 
-def _ingest(mem: Memory, items: list[dict[str, Any]], *, label: str = "ingesting", batch: int = 128) -> list[int]:
-    ids: list[int] = []
-    with click.progressbar(length=len(items), label=label, file=sys.stderr) as bar:
-        for start in range(0, len(items), batch):
-            ids += mem.add_many(items[start:start + batch])
-            bar.update(min(batch, len(items) - start))
-    return ids
+def _ingest(mem: Memory, labeled: list[tuple[str, dict[str, Any]]], *, label: str = "ingesting") -> list[int]:
+    """All or nothing, in one transaction: every message is validated before anything is written
+    (an error names its input line); messages already in the file are skipped."""
+    with contextlib.ExitStack() as stack:
+        bars: list[Any] = []
+
+        def progress(n: int) -> None:  # the bar appears once validation passed and storing began
+            if not bars:
+                bars.append(stack.enter_context(click.progressbar(length=len(labeled), label=label, file=sys.stderr)))
+            bars[0].update(n)
+
+        try:
+            return mem.add_many([m for _, m in labeled], progress=progress, skip_existing=True)
+        except InvalidMessageError as e:
+            raise click.ClickException(f"{labeled[e.index][0]}: {e.reason} (nothing was added)") from None
+
+
+@contextlib.contextmanager
+def _removed_if_failed(db: str) -> Iterator[None]:
+    """A memory file this command creates is removed again if the command fails."""
+    created = not Path(db).exists()
+    try:
+        yield
+    except BaseException:
+        if created:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(db + suffix).unlink(missing_ok=True)
+        raise
 
 
 @main.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @file_options
 @llm_options
+@click.option("--speaker-map", default=None, metavar="ROLE=NAME,...",
+              help="Speakers for chat lines {\"role\",\"content\"}, e.g. user=Ana,assistant=Bot "
+                   "(default: the role itself).")
 @json_option
 def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
-           as_json: bool) -> None:
-    """Add the messages of FILE (JSONL or LoCoMo JSON) to the memory, creating it if needed."""
-    items = _read_messages(file)
+           speaker_map: str | None, as_json: bool) -> None:
+    """Add the messages of FILE (JSONL, chat JSONL or LoCoMo JSON; - for standard input) to the
+    memory, creating it if needed. All or nothing: a bad line (named by its number) adds nothing.
+    Idempotent: messages already in the file are skipped and counted."""
+    labeled = _read_messages(file, parse_speaker_map(speaker_map))
     t0 = time.perf_counter()
-    with _open(db, config, llm, api_base, api_key, create=True) as mem:
-        ids = _ingest(mem, items)
+    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True) as mem:
+        ids = _ingest(mem, labeled)
         st = mem.stats()
     secs = time.perf_counter() - t0
+    skipped = len(labeled) - len(ids)
     if as_json:
-        _emit({"file": file, "db": db, "added": len(ids), "message_ids": ids, "seconds": round(secs, 3),
-               "stats": st})
+        _emit({"file": file, "db": db, "added": len(ids), "skipped": skipped, "message_ids": ids,
+               "seconds": round(secs, 3), "stats": st})
         return
-    click.echo(f"added {_plural(len(ids), 'message')} in {secs:.1f}s ({len(ids) / max(secs, 1e-9):.0f}/s)")
+    already = f", skipped {skipped} already present" if skipped else ""
+    click.echo(f"added {_plural(len(ids), 'message')}{already} in {secs:.1f}s")
     click.echo(_stats_line(st))
+
+
+@main.command()
+@click.argument("speaker")
+@click.argument("text")
+@file_options
+@llm_options
+@click.option("--at", default=None, help="When it was said (ISO 8601, with its UTC offset if known; default: now).")
+@click.option("--session", default=None, help="Session (conversation) it belongs to.")
+@click.option("--source-id", default=None, help="Its id in the source conversation.")
+@json_option
+def add(speaker: str, text: str, db: str, config: str | None, llm: str | None, api_base: str | None,
+        api_key: str | None, at: str | None, session: str | None, source_id: str | None, as_json: bool) -> None:
+    """Add one message (SPEAKER said TEXT) to the memory, creating it if needed."""
+    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True) as mem:
+        mid = mem.add(speaker, text, at=at, session=session, source_id=source_id)
+        m = mem.get(mid)
+    if as_json:
+        _emit({"id": mid, "message": m})
+    else:
+        click.echo(f"added message {mid} ({_local(m)})")
+
+
+def _local(m: Any) -> str:
+    """A message's time as its caller gave it: ``2024-05-06 00:30+02:00`` (``... UTC`` if unknown)."""
+    if m.utc_offset_min is None:
+        return f"{_dt(m.at)} UTC"
+    return m.local_at.isoformat(sep=" ", timespec="minutes")
+
+
+@main.command()
+@file_options
+@filter_options
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=0), help="At most this many.")
+@click.option("--offset", default=0, type=click.IntRange(min=0), help="Skip this many first.")
+@json_option
+def messages(db: str, config: str | None, speakers: tuple[str, ...], sessions: tuple[str, ...], since: str | None,
+             until: str | None, limit: int, offset: int, as_json: bool) -> None:
+    """List stored messages in the order they were added, filtered, one page at a time."""
+    with _open(db, config) as mem:
+        page = mem.messages(**_filters(speakers, sessions, since, until), limit=limit + 1, offset=offset)
+    more, page = len(page) > limit, page[:limit]
+    if as_json:
+        _emit({"messages": page, "offset": offset, "limit": limit, "more": more})
+        return
+    if not page:
+        click.echo("no messages match" if offset == 0 else f"no messages after the first {offset}")
+    for m in page:
+        session = f" (session {m.session})" if m.session is not None else ""
+        click.echo(f"[{m.id}] {_local(m)}{session} {m.speaker}: {_one_line(m.text)}")
+    if more:
+        click.echo(f"… more: --offset {offset + limit}")
 
 
 @main.command()
@@ -284,11 +387,13 @@ def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: st
 @file_options
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Number of results.")
 @click.option("--level", type=click.Choice(["message", "segment", "trajectory"]), default="message", show_default=True)
+@filter_options
 @json_option
-def search(query: str, db: str, config: str | None, k: int, level: str, as_json: bool) -> None:
-    """Hybrid (dense + BM25) search of the memory."""
+def search(query: str, db: str, config: str | None, k: int, level: str, speakers: tuple[str, ...],
+           sessions: tuple[str, ...], since: str | None, until: str | None, as_json: bool) -> None:
+    """Hybrid (dense + BM25) search of the memory; the filters apply inside the search."""
     with _open(db, config) as mem:
-        hits = mem.search(query, k=k, level=level)
+        hits = mem.search(query, k=k, level=level, **_filters(speakers, sessions, since, until))
     if as_json:
         _emit({"query": query, "level": level, "k": k, "results": hits})
         return
@@ -315,14 +420,36 @@ def stats(db: str, config: str | None, as_json: bool) -> None:
         _print_stats(st)
 
 
-def _print_timeline(mem: Memory, *, width: int = 100) -> None:
-    segs = {s.id: s for s in mem.segments()}
-    texts = {m.id: m for m in mem.messages()}
+def _timeline(mem: Memory, trajectory: int | None = None, since: str | None = None,
+              limit: int = 0) -> tuple[list[Any], list[Any], int]:
+    """(trajectories, segments, omitted): the segments of ``trajectory`` (all without), ending at or
+    after ``since``; at most ``limit`` of them (0: all) — the first from ``since`` on, else the latest."""
+    segs = mem.segments()
+    trajs = mem.trajectories()
+    if trajectory is not None:
+        if not any(t.id == trajectory for t in trajs):
+            raise click.ClickException(f"no trajectory with id {trajectory}")
+        segs = [s for s in segs if s.trajectory_id == trajectory]
+    if since is not None:
+        start = mem.messages(since=since, limit=1)  # validates the time; a date alone is its start
+        segs = [s for s in segs if start and s.end >= start[0].at] if start else []
+    total = len(segs)
+    if limit and total > limit:
+        segs = segs[:limit] if since is not None else segs[-limit:]
+    shown = {s.id for s in segs}
+    return [t for t in trajs if shown & set(t.segment_ids)], segs, total - len(segs)
+
+
+def _print_timeline(mem: Memory, *, width: int = 100, trajectory: int | None = None, since: str | None = None,
+                    limit: int = 0) -> None:
+    trajs, seg_list, omitted = _timeline(mem, trajectory, since, limit)
+    segs = {s.id: s for s in seg_list}
+    texts = {m.id: m for m in mem.messages()} if segs else {}
     if not texts:
-        click.echo("empty memory: no messages yet")
+        click.echo("empty memory: no messages yet" if not mem.stats()["messages"] else "no segments match")
         return
     groups: list[tuple[str, list[Any]]] = []
-    for t in mem.trajectories():
+    for t in trajs:
         title = (f"Trajectory {t.id}: {t.label}  ({_dt(t.start)} → {_dt(t.end)}, "
                  f"{_plural(len(t.segment_ids), 'segment')})")
         groups.append((title, [segs[s] for s in t.segment_ids if s in segs]))
@@ -339,18 +466,28 @@ def _print_timeline(mem: Memory, *, width: int = 100) -> None:
                     continue
                 line = f"{m.speaker}: {_one_line(m.text)}"
                 click.echo("    " + (line if len(line) <= width else line[: width - 1] + "…"))
+    if omitted:
+        which = "later" if since is not None else "earlier"
+        click.echo(f"… {_plural(omitted, 'more segment')} ({which}): --limit 0 shows all, --since DATE starts later")
 
 
 @main.command()
 @file_options
+@click.option("--trajectory", type=int, default=None, help="Only this trajectory's segments.")
+@click.option("--since", default=None, help="Only segments ending at or after this time (ISO 8601 or a date).")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
+              help="At most this many segments (0: all): the first from --since on, else the latest.")
 @json_option
-def show(db: str, config: str | None, as_json: bool) -> None:
+def show(db: str, config: str | None, trajectory: int | None, since: str | None, limit: int, as_json: bool) -> None:
     """Print segments grouped by trajectory as a timeline."""
     with _open(db, config) as mem:
         if as_json:
-            _emit({"trajectories": mem.trajectories(), "segments": mem.segments(), "messages": mem.messages()})
+            trajs, segs, omitted = _timeline(mem, trajectory, since, limit)
+            ids = {m for s in segs for m in s.message_ids}
+            _emit({"trajectories": trajs, "segments": segs, "messages": [m for m in mem.messages() if m.id in ids],
+                   "omitted_segments": omitted})
         else:
-            _print_timeline(mem)
+            _print_timeline(mem, trajectory=trajectory, since=since, limit=limit)
 
 
 @main.command()
@@ -358,12 +495,16 @@ def show(db: str, config: str | None, as_json: bool) -> None:
 @file_options
 @llm_options
 @click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
+@filter_options
+@click.option("--evidence", "show_evidence", default=5, show_default=True, type=click.IntRange(min=0),
+              help="Evidence items to list (--json has all of them).")
 @json_option
 def ask(question: str, db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
-        budget: int, as_json: bool) -> None:
-    """Answer QUESTION from memory, then show the evidence with dates and ids."""
+        budget: int, speakers: tuple[str, ...], sessions: tuple[str, ...], since: str | None, until: str | None,
+        show_evidence: int, as_json: bool) -> None:
+    """Answer QUESTION from memory, then list the facts and the best evidence with dates and ids."""
     with _open(db, config, llm, api_base, api_key) as mem:
-        a = mem.ask(question, budget_tokens=budget)
+        a = mem.ask(question, budget_tokens=budget, **_filters(speakers, sessions, since, until))
     if as_json:
         _emit({"question": question, **to_jsonable(a)})
         return
@@ -371,20 +512,30 @@ def ask(question: str, db: str, config: str | None, llm: str | None, api_base: s
     if a.extractive:
         click.echo("(extractive answer: the most relevant stored sentence; configure --llm for a generated one)")
     for f in a.facts:
-        click.echo(f"  fact {f.kind}#{f.id}: {f.stmt}  ({_messages_ref(f.message_ids)})")
-    for e in a.evidence:
-        click.echo(f"  [{_dt(e.at)}] #{_ids(e.message_ids)} {e.speaker}: {e.stmt}")
+        old = f"  [superseded {_day(f.valid_to)}]" if f.valid_to is not None else ""
+        click.echo(f"  fact {f.kind}#{f.id}: {_clip(f.stmt)}{old}  ({_messages_ref(f.message_ids)})")
+    for e in a.evidence[:show_evidence]:
+        click.echo(f"  [{_day(e.local_at)}] #{_ids(e.message_ids)} {e.speaker}: {_clip(e.stmt)}")
+    if len(a.evidence) > show_evidence:
+        click.echo(f"  … {_plural(len(a.evidence) - show_evidence, 'more evidence item')} (--evidence N or --json)")
+
+
+def _clip(text: str, width: int = 110) -> str:
+    line = _one_line(text)
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 @main.command()
 @click.argument("question")
 @file_options
 @click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
+@filter_options
 @json_option
-def context(question: str, db: str, config: str | None, budget: int, as_json: bool) -> None:
+def context(question: str, db: str, config: str | None, budget: int, speakers: tuple[str, ...],
+            sessions: tuple[str, ...], since: str | None, until: str | None, as_json: bool) -> None:
     """Print a ready-to-paste memory context for QUESTION (no LLM call, nothing written)."""
     with _open(db, config) as mem:
-        c = mem.context(question, budget_tokens=budget)
+        c = mem.context(question, budget_tokens=budget, **_filters(speakers, sessions, since, until))
     if as_json:
         _emit({**to_jsonable(c), "message_ids": c.message_ids})
     else:
@@ -397,10 +548,16 @@ def context(question: str, db: str, config: str | None, budget: int, as_json: bo
 @click.option("--type", "ftype", default=None, help="Only facts of this type.")
 @click.option("--all", "include_superseded", is_flag=True, help="Include superseded facts.")
 @click.option("--active", is_flag=True, help="List promoted ActiveFacts instead.")
+@filter_options
 @json_option
 def facts(db: str, config: str | None, subject: str | None, ftype: str | None, include_superseded: bool,
-          active: bool, as_json: bool) -> None:
-    """List CoreFacts as a table, or ActiveFacts with --active."""
+          active: bool, speakers: tuple[str, ...], sessions: tuple[str, ...], since: str | None, until: str | None,
+          as_json: bool) -> None:
+    """List CoreFacts as a table, or ActiveFacts with --active. Filters: --speaker is the subject;
+    --session/--since/--until select facts with a source message there."""
+    flt = _filters(speakers, sessions, since, until)
+    if active and any(flt.values()):
+        raise click.UsageError("--speaker/--session/--since/--until filter CoreFacts, not --active")
     if active:
         with _open(db, config) as mem:
             actives = mem.active_facts()
@@ -413,11 +570,11 @@ def facts(db: str, config: str | None, subject: str | None, ftype: str | None, i
                    [(a.id, a.subject, _ids(a.message_ids), _one_line(a.stmt)) for a in actives], right=[0])
         return
     with _open(db, config) as mem:
-        core = mem.facts(subject=subject, type=ftype, include_superseded=include_superseded)
+        core = mem.facts(subject=subject, type=ftype, include_superseded=include_superseded, **flt)
     if as_json:
         _emit({"facts": core})
     elif not core:
-        filtered = subject is not None or ftype is not None
+        filtered = subject is not None or ftype is not None or any(flt.values())
         click.echo("no CoreFacts match" if filtered else "no CoreFacts yet")
     else:
         headers = ["id", "type", "subject", "since"] + (["until"] if include_superseded else []) + ["statement"]
@@ -558,13 +715,13 @@ def demo(db: str | None, config: str | None) -> None:
     """Build a memory from a bundled sample conversation and take a short tour."""
     sample = resources.files("memsif_lite.data").joinpath("sample_conversation.jsonl")
     with resources.as_file(sample) as p:
-        items = read_jsonl(p)
+        items = [(f"{p.name}:{i}", m) for i, m in enumerate(read_jsonl(p), start=1)]
     with tempfile.TemporaryDirectory(prefix="memsif-demo-") as tmp:
         where = f"Memory file {db}" if db is not None else "A temporary memory file"
         path = db if db is not None else str(Path(tmp) / "demo.db")
         t0 = time.perf_counter()
         with _open(path, config, create=True) as mem:
-            _ingest(mem, items, label="building the demo memory")
+            _ingest(mem, items, label="building the demo memory")  # a second run adds nothing
             _tour(mem, f"{where}: built in {time.perf_counter() - t0:.1f}s, offline (no LLM configured)")
     if db is not None:
         click.echo(f"\nDone. The demo memory stays in {db}: try memsif search --db {db} \"where does Maya live?\"")

@@ -65,6 +65,14 @@ class InvalidInputError(MemsifError, ValueError):
     """An argument was rejected before anything was written."""
 
 
+class InvalidMessageError(InvalidInputError):
+    """One message of a batch was refused: ``index`` is its place in the batch, ``reason`` why."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"message {index}: {reason}")
+        self.index, self.reason = index, reason
+
+
 class ConfigError(MemsifError, ValueError):
     """A configuration value is out of range or inconsistent."""
 

@@ -1,6 +1,14 @@
-"""Load conversations: JSONL (one ``{"speaker","text","at","session"}`` per line) and LoCoMo
-(per-conversation files and the list-shaped ``locomo10.json``). Importers only produce
-message dicts; storing goes through :meth:`Memory.add_many` like everything else."""
+"""Load conversations: JSONL (one ``{"speaker","text","at","session","source_id"}`` per line, or
+chat-style ``{"role","content"}`` lines) and LoCoMo (per-conversation files and the list-shaped
+``locomo10.json``). Importers only produce message dicts; storing goes through
+:meth:`Memory.add_many` like everything else.
+
+JSONL keys: ``speaker``, ``text``, ``at``, ``session``, ``source_id`` (``id`` is taken as
+``source_id``); chat lines have ``role`` and ``content`` instead of ``speaker`` and ``text``, the
+role mapped through ``speaker_map`` (default: the role itself, e.g. ``user``/``assistant``). Any
+other key is refused with its line number (``timestamp`` is not an alias of ``at``: a date that
+silently became "now" would be worse than an error). A ``null`` value counts as absent.
+"""
 
 from __future__ import annotations
 
@@ -8,33 +16,74 @@ import json
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import InvalidInputError
 from .timeutil import parse_locomo_date
 
-__all__ = ["read_jsonl", "read_locomo", "locomo_samples", "locomo_turns", "read_any"]
+__all__ = ["read_jsonl", "jsonl_lines", "read_locomo", "locomo_samples", "locomo_turns", "read_any", "read_labeled",
+           "parse_speaker_map"]
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InvalidInputError(f"{path}:{n}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise InvalidInputError(f"{path}:{n}: expected an object")
-            item = {k: obj[k] for k in ("speaker", "text", "at", "session", "source_id") if obj.get(k) is not None}
-            if "id" in obj and "source_id" not in item:
-                item["source_id"] = str(obj["id"])
-            out.append(item)
+_KEYS = ("speaker", "text", "at", "session", "source_id")
+_CHAT = frozenset({"role", "content"})
+
+
+def parse_speaker_map(spec: str | None) -> dict[str, str]:
+    """``"user=Ana,assistant=Bot"`` → ``{"user": "Ana", "assistant": "Bot"}``."""
+    out: dict[str, str] = {}
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        role, sep, name = part.partition("=")
+        if not sep or not role.strip() or not name.strip():
+            raise InvalidInputError(f"speaker map entries look like role=Name, got {part.strip()!r}")
+        out[role.strip()] = name.strip()
     return out
+
+
+def _item(obj: Any, where: str, speaker_map: Mapping[str, str]) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise InvalidInputError(f"{where}: expected an object")
+    obj = {k: v for k, v in obj.items() if v is not None}
+    chat = bool(_CHAT & set(obj))
+    if chat and ("speaker" in obj or "text" in obj):
+        raise InvalidInputError(f"{where}: give either speaker/text or role/content, not both")
+    unknown = sorted(set(obj) - set(_KEYS) - {"id"} - (_CHAT if chat else set()))
+    if unknown:
+        hint = " (use 'at' for the time)" if {"timestamp", "time", "date"} & set(unknown) else ""
+        raise InvalidInputError(f"{where}: unknown keys {unknown}{hint}; expected {', '.join(_KEYS)} "
+                                "or role/content")
+    item = {k: obj[k] for k in _KEYS if k in obj}
+    if chat:
+        role = obj.get("role")
+        item["speaker"] = speaker_map.get(role, role) if isinstance(role, str) else role
+        item["text"] = obj.get("content")
+    if "id" in obj and "source_id" not in item:
+        item["source_id"] = str(obj["id"])
+    return item
+
+
+def jsonl_lines(lines: Iterable[str], name: str, speaker_map: Mapping[str, str] | None = None
+                ) -> list[tuple[str, dict[str, Any]]]:
+    """``(name:line, message dict)`` for every non-blank line; a bad line raises with its number."""
+    out = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"{name}:{n}: not JSON ({e})") from None
+        out.append((f"{name}:{n}", _item(obj, f"{name}:{n}", speaker_map or {})))
+    return out
+
+
+def read_jsonl(path: str | Path, speaker_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [m for _, m in jsonl_lines(fh, str(path), speaker_map)]
 
 
 def locomo_samples(data: Any) -> list[dict[str, Any]]:
@@ -86,3 +135,24 @@ def read_any(path: str | Path) -> list[dict[str, Any]]:
     if p.suffix.lower() in (".jsonl", ".ndjson"):
         return read_jsonl(p)
     return [m for conv in read_locomo(p) for m in conv]
+
+
+def read_labeled(text: str, name: str, speaker_map: Mapping[str, str] | None = None
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, message dict)`` from the text of a JSONL or LoCoMo file (by content): ``where``
+    is ``name:LINE`` for JSONL, ``name: conversation C, session S, turn T`` for LoCoMo."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    locomo = isinstance(whole, list) or (isinstance(whole, dict) and (
+        "conversation" in whole or any(_SESSION_KEY.match(k) for k in whole)))
+    if not locomo:
+        return jsonl_lines(text.splitlines(), name, speaker_map)
+    out = []
+    for c, sample in enumerate(locomo_samples(whole), start=1):
+        if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+            raise InvalidInputError(f"{name}: conversation {c} is not a LoCoMo conversation")
+        for i, m in enumerate(locomo_turns(sample["conversation"]), start=1):
+            out.append((f"{name}: conversation {c}, session {m['session']}, message {i}", m))
+    return out

@@ -17,8 +17,8 @@ from .db import Database
 from .db.queue import PLACE
 from .embed import Embeddings
 from .entities import extract_entities
-from .errors import InvalidInputError
-from .timeutil import now_stored, to_stored
+from .errors import InvalidInputError, InvalidMessageError
+from .timeutil import now_stored, to_stored, utc_offset_min
 from .worker import Worker
 
 __all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION"]
@@ -37,6 +37,7 @@ class MessageIn:
     at: str
     session: str | None
     source_id: str | None
+    utc_offset_min: int | None = None
 
     @property
     def passage(self) -> str:
@@ -48,7 +49,7 @@ class MessageIn:
         """Validate one mapping with ``speaker``, ``text`` and optional ``at``, ``session``,
         ``source_id``; anything else is an :class:`InvalidInputError` naming message ``index``."""
         def bad(why: str) -> InvalidInputError:
-            return InvalidInputError(f"message {index}: {why}")
+            return InvalidMessageError(index, why)
 
         if not isinstance(m, Mapping):
             raise bad("expected a mapping with 'speaker' and 'text'")
@@ -66,7 +67,10 @@ class MessageIn:
             raise bad(f"text longer than max_message_chars ({max_chars})")
         _unicode(text, "text", bad)
         at = m.get("at")
-        stored_at = now_stored() if at is None else to_stored(at)
+        try:
+            stored_at = now_stored() if at is None else to_stored(at)
+        except InvalidInputError as e:
+            raise bad(str(e)) from None
         session = m.get("session")
         if session is not None:
             if isinstance(session, bool) or not isinstance(session, (str, int)):
@@ -78,7 +82,7 @@ class MessageIn:
         source_id = m.get("source_id")
         if source_id is not None and (not isinstance(source_id, str) or len(source_id) > MAX_SESSION):
             raise bad("source_id must be a short string")
-        return cls(speaker, text, stored_at, session, source_id)
+        return cls(speaker, text, stored_at, session, source_id, None if at is None else utc_offset_min(at))
 
 
 def _string(value: Any, name: str, most: int, bad: Callable[[str], InvalidInputError]) -> str:
@@ -110,10 +114,11 @@ class IngestPipeline:
         return [MessageIn.from_mapping(m, index=i, max_chars=self.max_chars) for i, m in enumerate(messages)]
 
     def add(self, rows: list[MessageIn], progress: Callable[[int], None] | None = None, *,
-            process: bool = False) -> list[int]:
+            process: bool = False, skip_existing: bool = False) -> list[int]:
         """Store validated messages in one transaction; returns their ids. ``process``: run the
         queued steps inside the same transaction (only with offline judges: no LLM may be called
-        while it is open)."""
+        while it is open). ``skip_existing``: a message already in the file (checked inside the
+        transaction) is skipped, not returned."""
         if not rows:
             return []
         passages = [r.passage for r in rows]
@@ -122,16 +127,21 @@ class IngestPipeline:
             vecs = self.embeddings.passages_cached(passages, hashes)
         created = now_stored()
         ids: list[int] = []
+        skipped = 0
         with self.db.write():
             for r, h, v in zip(rows, hashes, vecs, strict=True):
+                if skip_existing and self.db.filters.already_present(r.speaker, r.text, r.at, r.source_id):
+                    skipped += 1
+                    continue
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
-                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v)
+                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v,
+                                              utc_offset_min=r.utc_offset_min)
                 self.db.queue.push(PLACE, mid, created)
                 if process:
                     self.worker.hint(mid, v, extract_entities(r.text))
                 ids.append(mid)
             if process:
                 self.worker.run(progress=progress)
-        if not process and progress is not None:
-            progress(len(ids))
+        if progress is not None:
+            progress(skipped if process else len(rows))
         return ids

@@ -10,19 +10,20 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from . import pipelines, store
 from .active_facts import Evidence
+from .checks import check_page, check_question, check_search
 from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyError
+from .filters import MessageFilter, Names
 from .forgetting import forget
 from .llm import ModelHealth, require_litellm
-from .query import Answer, Context, check_question
-from .retrieval import check_search
+from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
 from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge, list_trajectories
-from .worker import ProcessReport
 from .types import ActiveFact, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment, Trajectory
+from .worker import ProcessReport
 
 __all__ = ["Memory"]
 
@@ -34,17 +35,15 @@ class Memory:
     ...     mem.add("Ana", "I moved to Lisbon in May.", at="2024-05-02T10:00:00")
     ...     mem.search("where does Ana live?")
 
-    ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``,
-    ``"hosted_vllm/Qwen/Qwen3-4B"``); ``llm_kwargs`` go to every call (``api_base``, ``api_key``,
-    ``timeout``...; they win over memsif's defaults). Without ``llm`` every step uses its
-    deterministic offline fallback (litellm comes with the ``llm`` extra). ``read_only`` opens an
-    existing file without ever writing to it: writes raise ReadOnlyError. ``embedder`` replaces
-    the embedding model (any :class:`~memsif_lite.embed.Embedder`); by default an existing file
-    is opened with the model it records, a new one with ``config.embedding_model`` or the bundled
-    model.
-    ``boundary_judge`` / ``trajectory_judge`` replace the segment-boundary and trajectory judges
-    (the protocols in :mod:`memsif_lite.segments` and :mod:`memsif_lite.trajectories`).
-    ``process`` is ``"inline"``, ``"background"`` or ``"manual"`` (:class:`~memsif_lite.worker.Processor`).
+    ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``);
+    ``llm_kwargs`` go to every call (``api_base``, ``api_key``, ``timeout``...; they win over
+    memsif's defaults). Without ``llm`` every step uses its offline fallback (litellm comes with
+    the ``llm`` extra). ``read_only`` opens an existing file without writing to it (writes raise
+    ReadOnlyError). ``embedder`` replaces the embedding model (the :class:`~memsif_lite.embed.Embedder`
+    protocol; default: the model the file records, else ``config.embedding_model`` or the bundled
+    one). ``boundary_judge`` / ``trajectory_judge`` replace the judges (protocols in
+    :mod:`memsif_lite.segments` / :mod:`memsif_lite.trajectories`). ``process`` is ``"inline"``,
+    ``"background"`` or ``"manual"`` (:class:`~memsif_lite.worker.Processor`).
     """
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
@@ -104,29 +103,28 @@ class Memory:
     def add(self, speaker: str, text: str, *, at: Any = None, session: Any = None,
             source_id: str | None = None) -> int:
         """Store one message (one transaction) and update the structure. Returns its id."""
-        return self.add_many([{"speaker": speaker, "text": text, "at": at, "session": session,
-                               "source_id": source_id}])[0]
+        return self.add_many([dict(speaker=speaker, text=text, at=at, session=session, source_id=source_id)])[0]
 
-    def add_many(self, messages: Iterable[Mapping[str, Any]], *, progress=None) -> list[int]:
-        """Store many messages in one transaction with batched embedding. Each item is a mapping
-        with ``speaker``, ``text`` and optional ``at``, ``session``, ``source_id``. Nothing is
-        written if any item is invalid. ``progress(n)`` is called as messages are placed."""
+    def add_many(self, messages: Iterable[Mapping[str, Any]], *, progress=None,
+                 skip_existing: bool = False) -> list[int]:
+        """Store many mappings (``speaker``, ``text``, optional ``at``, ``session``, ``source_id``)
+        in one transaction with batched embedding; nothing is written if one is invalid.
+        ``skip_existing``: skip messages already stored (same ``source_id`` and speaker, else same
+        speaker, time and text); only new ids are returned."""
         rows = self._p.ingest.validate(messages)
         with self._session("add"):
-            ids = self._p.ingest.add(rows, progress, process=self._processor.in_add)
+            ids = self._p.ingest.add(rows, progress, process=self._processor.in_add, skip_existing=skip_existing)
             self._processor.after_add()
             return ids
 
     def process(self, *, max_steps: int | None = None, max_seconds: float | None = None) -> ProcessReport:
-        """Run queued pipeline steps (placement, segment close, CoreFacts) now, until the queue is
-        empty or a limit is reached; LLM calls happen with no transaction open."""
+        """Run queued steps (placement, segment close, CoreFacts) now, until done or a limit."""
         with self._session("process"):
             return self._processor.run(max_steps, max_seconds)
 
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
-        """Feed query-local evidence to the ActiveFact track (paper §3.4), as :meth:`ask` does
-        after answering: for agents that answer from :meth:`context` with their own LLM. Each
-        :class:`~memsif_lite.Evidence` names its statement, subject and source message ids."""
+        """Feed query-local evidence (:class:`~memsif_lite.Evidence`) to the ActiveFact track, as
+        :meth:`ask` does: for agents that answer from :meth:`context` with their own LLM."""
         check_question(question, 2000)
         if not all(isinstance(e, Evidence) for e in evidence):
             raise InvalidInputError("evidence must be a sequence of memsif_lite.Evidence")
@@ -134,18 +132,19 @@ class Memory:
             self._p.query.accumulate(question, evidence)
 
     def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
-        """Delete a message (and everything derived only from it) or a CoreFact, in one
-        transaction. Exactly one of ``message_id`` / ``fact_id``."""
+        """Delete a message (and all derived only from it) or a CoreFact, in one transaction."""
         with self._session("forget") as db:
             forget(db, self._p.active_facts, message_id=message_id, fact_id=fact_id)
 
     # -- reading ---------------------------------------------------------------------------
-    def search(self, query: str, *, k: int = 10, level: str = "message") -> list[SearchResult]:
-        """Hybrid search: dense KNN (sqlite-vec) and BM25 (FTS5) fused by reciprocal rank fusion.
-        ``level`` is ``"message"``, ``"segment"`` or ``"trajectory"``."""
+    def search(self, query: str, *, k: int = 10, level: str = "message", speakers: Names = None,
+               sessions: Names = None, since: Any = None, until: Any = None) -> list[SearchResult]:
+        """Hybrid search (dense KNN + BM25, fused by RRF) at ``level`` message, segment or trajectory;
+        ``speakers``, ``sessions``, ``since``, ``until`` filter inside it (:mod:`memsif_lite.filters`)."""
         check_search(query, k, level)
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session():
-            return self._p.retriever.search(query, k=k, level=level)
+            return self._p.retriever.search(query, k=k, level=level, flt=flt)
 
     def get(self, message_id: int) -> Message:
         with self._session() as db:
@@ -153,9 +152,13 @@ class Memory:
                 raise NotFoundError(f"no message with id {message_id}")
             return to_message(row)
 
-    def messages(self) -> list[Message]:
-        with self._session() as db:
-            return db.messages.all()
+    def messages(self, *, speakers: Names = None, sessions: Names = None, since: Any = None, until: Any = None,
+                 limit: int | None = None, offset: int = 0) -> list[Message]:
+        """Messages in the order they were added, filtered, one page (``limit``/``offset``)."""
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
+        check_page(limit, offset)
+        with self._session() as db, db.read():
+            return [to_message(r) for r in db.filters.messages(flt, limit, offset)]
 
     def segments(self) -> list[Segment]:
         """All Topical Segments in order, with their messages, span, entities and a label."""
@@ -174,11 +177,15 @@ class Memory:
 
     # -- facts -----------------------------------------------------------------------------------
     def facts(self, *, subject: str | None = None, type: str | None = None,  # noqa: A002 - the paper's name
-              include_superseded: bool = False) -> list[CoreFact]:
+              include_superseded: bool = False, speakers: Names = None, sessions: Names = None, since: Any = None,
+              until: Any = None) -> list[CoreFact]:
         """CoreFacts, current ones only unless ``include_superseded``; ``subject`` matches
-        case-insensitively."""
+        case-insensitively. Filters: subject in ``speakers``; a source message in ``sessions`` and
+        in [``since``, ``until``] (:mod:`memsif_lite.filters`)."""
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session() as db, db.read():
-            return db.facts.select(subject=subject, ftype=type, include_superseded=include_superseded)
+            return db.filters.only_facts(db.facts.select(subject=subject, ftype=type,
+                                                         include_superseded=include_superseded), flt)
 
     def fact_history(self, fact_id: int) -> list[FactEvent]:
         """Every change to a CoreFact, oldest first."""
@@ -199,8 +206,7 @@ class Memory:
 
     # -- portability and health ------------------------------------------------------------------
     def export_to(self, path: str | Path) -> int:
-        """Write everything (messages with vectors, structure, facts with history, clusters,
-        LLM-call accounting) as JSON lines from one consistent snapshot; returns the line count."""
+        """Write everything as JSON lines from one consistent snapshot; returns the line count."""
         with self._session() as db, db.read():
             return db.admin.export_to(Path(path))
 
@@ -221,21 +227,24 @@ class Memory:
             return db.admin.check()
 
     # -- the query pipeline ----------------------------------------------------------------------
-    def context(self, question: str, *, budget_tokens: int = 2000) -> Context:
+    def context(self, question: str, *, budget_tokens: int = 2000, speakers: Names = None, sessions: Names = None,
+                since: Any = None, until: Any = None) -> Context:
         """Facts, then (if they do not suffice) dated evidence from the interaction memory, as a
         ready-to-paste block within ``budget_tokens`` — for agents that call their own LLM.
-        Reads only: nothing is written."""
+        Reads only. Filters as in :meth:`search` and :meth:`facts`."""
         check_question(question, budget_tokens)
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session():
-            return self._p.query.context(question, budget_tokens)
+            return self._p.query.context(question, budget_tokens, flt=flt)
 
-    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None) -> Answer:
-        """Answer from memory (paper §3.5). With an LLM: its answer from the assembled context;
-        offline: an extractive answer (``Answer.extractive``). Afterwards the query-local
-        evidence feeds the ActiveFact track (one transaction; so a read-only Memory refuses
-        ``ask``: use :meth:`context`). ``now`` fixes "today" for the
-        answer prompt (tests, benchmarks)."""
+    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None, speakers: Names = None,
+            sessions: Names = None, since: Any = None, until: Any = None) -> Answer:
+        """Answer from memory (paper §3.5): the LLM's answer from the context, or offline an
+        extractive one (``Answer.extractive``); then the evidence feeds the ActiveFact track (one
+        transaction, so a read-only Memory refuses it: use :meth:`context`). ``now`` fixes "today"
+        for the answer prompt. Filters as in :meth:`context`."""
         check_question(question, budget_tokens)
+        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         at = from_stored(to_stored(now)) if now is not None else None
         with self._session("ask"):
-            return self._p.query.ask(question, budget_tokens, at)
+            return self._p.query.ask(question, budget_tokens, at, flt)

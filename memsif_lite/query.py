@@ -26,13 +26,14 @@ import numpy as np
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
 from .db import Database, MessageRow
-from .errors import InvalidInputError, NotFoundError
+from .errors import NotFoundError
+from .filters import MessageFilter
 from .llm import LLM
 from .retrieval import Retriever, fts_query
-from .timeutil import day_label, from_stored, relative_notes, to_stored
+from .timeutil import day_label, from_stored, local_time, relative_notes, to_stored
 from .tokens import count_tokens
 
-__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer", "check_question"]
+__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
 
 #: offline sufficiency: cosine between the question and a query that promoted an ActiveFact
 SUFFICIENT_QUERY = 0.95
@@ -69,6 +70,13 @@ class EvidenceItem:
     session: str | None
     source_ids: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    #: UTC offset of the (last) source message's time as its caller gave it; None: unknown (UTC)
+    utc_offset_min: int | None = None
+
+    @property
+    def local_at(self) -> datetime:
+        """``at`` at the speaker's UTC offset (naive local time; ``at`` when unknown)."""
+        return local_time(self.at, self.utc_offset_min)
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ def _fact_line(f: FactItem) -> str:
 
 def _evidence_line(e: EvidenceItem) -> str:
     notes = f" (dates: {'; '.join(e.notes)})" if e.notes else ""
-    return f"- [{e.at:%Y-%m-%d}] {e.speaker}: {e.stmt}{notes}"
+    return f"- [{e.local_at:%Y-%m-%d}] {e.speaker}: {e.stmt}{notes}"
 
 
 def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[EvidenceItem],
@@ -204,17 +212,10 @@ def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords
     for mid in ranked[:limit]:
         r = rows[mid]
         at = from_stored(r.at)
-        stmt = _trim(r.text, qwords)
+        stmt = _trim(r.text, qwords)  # relative dates resolve on the speaker's local date
         out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
-                                tuple(relative_notes(stmt, at))))
+                                tuple(relative_notes(stmt, local_time(at, r.utc_offset_min))), r.utc_offset_min))
     return out
-
-
-def check_question(question: object, budget_tokens: object) -> None:
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidInputError("question must be a non-empty string")
-    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or not 50 <= budget_tokens <= 200_000:
-        raise InvalidInputError("budget_tokens must be an integer in [50, 200000]")
 
 
 class _Laps:
@@ -243,15 +244,18 @@ class QueryPipeline:
         self.active_facts = active_facts
 
     # -- facts --------------------------------------------------------------------------------
-    def facts(self, qvec: np.ndarray) -> list[FactItem]:
+    def facts(self, qvec: np.ndarray, flt: MessageFilter | None = None) -> list[FactItem]:
         items: list[FactItem] = []
-        core, clusters = self.db.facts, self.db.clusters
-        for fid, dist in core.nearest(qvec, 2 * MAX_FACTS):
+        core, clusters, fl = self.db.facts, self.db.clusters, self.db.filters
+        near_core = core.nearest(qvec, 2 * MAX_FACTS) if flt is None else fl.nearest_facts(qvec, 2 * MAX_FACTS, flt)
+        near_active = (clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
+                       else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))
+        for fid, dist in near_core:
             f = core.get(fid)
             if f is not None:
                 items.append(FactItem("core", f.id, f.subject, f.type, f.stmt, f.valid_from, f.valid_to,
                                       f.message_ids, 1.0 - dist))
-        for fid, dist in clusters.nearest_active(qvec, 2 * MAX_FACTS):
+        for fid, dist in near_active:
             aid, subject, stmt, created = clusters.active_row(fid)
             items.append(FactItem("active", aid, subject, None, stmt, from_stored(created), None,
                                   clusters.active_messages(fid), 1.0 - dist))
@@ -271,7 +275,8 @@ class QueryPipeline:
         assert self.llm is not None
         by_id = self.db.messages.many(sorted(ranked[:40]))
         rows = [by_id[m] for m in sorted(by_id)]
-        lines = [f"[{day_label(from_stored(r.at))}] {r.speaker}: {r.text[:500]}" for r in rows]
+        lines = [f"[{day_label(local_time(from_stored(r.at), r.utc_offset_min))}] {r.speaker}: {r.text[:500]}"
+                 for r in rows]
         got = self.llm.complete(prompts.evidence(question, lines))
         if got is None:
             return None
@@ -279,16 +284,18 @@ class QueryPipeline:
         for subject, stmt, idx in got:
             src = [rows[i] for i in idx]
             out.append(EvidenceItem(tuple(r.id for r in src), subject, stmt, from_stored(src[-1].at), src[-1].session,
-                                    tuple(r.source_id for r in src if r.source_id)))
+                                    tuple(r.source_id for r in src if r.source_id), (), src[-1].utc_offset_min))
         return out
 
     # -- context ------------------------------------------------------------------------------
-    def context(self, question: str, budget_tokens: int, *, timings: dict[str, float] | None = None) -> Context:
-        """Read-only: the facts and (unless they suffice) evidence, within ``budget_tokens``."""
+    def context(self, question: str, budget_tokens: int, *, timings: dict[str, float] | None = None,
+                flt: MessageFilter | None = None) -> Context:
+        """Read-only: the facts and (unless they suffice) evidence, within ``budget_tokens``; with a
+        filter, only matching facts and messages (:mod:`memsif_lite.filters`)."""
         lap = _Laps(timings if timings is not None else {})
         qvec = self.embed_query(question)
         lap("embed_query")
-        facts = self.facts(qvec)
+        facts = self.facts(qvec, flt)
         lap("facts")
         sufficient = False
         if facts:
@@ -299,7 +306,7 @@ class QueryPipeline:
         lap("sufficiency")
         evidence: list[EvidenceItem] = []
         if not sufficient:
-            ranked = [m for m, _ in self.retriever.rank_with_structure(question)]
+            ranked = [m for m, _ in self.retriever.rank_with_structure(question, flt=flt)]
             lap("retrieval")
             got = self._llm_evidence(question, ranked) if self.llm is not None else None
             if got is None:
@@ -322,10 +329,11 @@ class QueryPipeline:
             self.active_facts.accumulate(question, qvec, evidence)
 
     # -- answer ---------------------------------------------------------------------------------
-    def ask(self, question: str, budget_tokens: int, now: datetime | None) -> Answer:
+    def ask(self, question: str, budget_tokens: int, now: datetime | None,
+            flt: MessageFilter | None = None) -> Answer:
         timings: dict[str, float] = {}
         calls_before = self.llm.calls if self.llm is not None else 0
-        ctx = self.context(question, budget_tokens, timings=timings)
+        ctx = self.context(question, budget_tokens, timings=timings, flt=flt)
         t = time.perf_counter()
         text: str | None = None
         tokens_in = ctx.tokens

@@ -10,11 +10,11 @@ import numpy as np
 
 from .db import Database, MessageRow
 from .entities import STOP_WORDS
-from .errors import InvalidInputError
+from .filters import MessageFilter
 from .timeutil import from_stored
 from .types import SearchResult
 
-__all__ = ["Retriever", "check_search", "fts_query", "rrf", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
+__all__ = ["Retriever", "fts_query", "rrf", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
 
 RRF_K = 60
 #: BM25 weight of the speaker column relative to the text (names in questions matter, but less)
@@ -30,15 +30,6 @@ def fts_query(text: str) -> str | None:
     if not keep:
         return None
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in keep)
-
-
-def check_search(query: object, k: object, level: object) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidInputError("query must be a non-empty string")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
-        raise InvalidInputError("k must be an integer in [1, 1000]")
-    if level not in ("message", "segment", "trajectory"):
-        raise InvalidInputError("level must be 'message', 'segment' or 'trajectory'")
 
 
 def units_by_best_member(msg_rank: list[int], unit_of: dict[int, int]) -> list[int]:
@@ -67,32 +58,52 @@ class Retriever:
         self.embed_query = embed_query
         self.segment_weight, self.trajectory_weight, self.top_units = segment_weight, trajectory_weight, top_units
 
-    # -- rankings ------------------------------------------------------------------------------
-    def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
-        return self.db.messages.dense(qvec, depth)
+    # -- rankings (a filter applies inside the KNN / FTS queries: see memsif_lite.filters) -------------
+    def dense(self, qvec: np.ndarray, depth: int, flt: MessageFilter | None = None) -> list[int]:
+        if flt is None:
+            return self.db.messages.dense(qvec, depth)
+        return self.db.filters.dense(qvec, depth, flt)
 
-    def bm25(self, query: str, depth: int) -> list[int]:
+    def bm25(self, query: str, depth: int, flt: MessageFilter | None = None) -> list[int]:
         q = fts_query(query)
-        return [] if q is None else self.db.messages.bm25(q, SPEAKER_WEIGHT, depth)
+        if q is None:
+            return []
+        if flt is None:
+            return self.db.messages.bm25(q, SPEAKER_WEIGHT, depth)
+        return self.db.filters.bm25(q, SPEAKER_WEIGHT, depth, flt)
 
-    def message_scores(self, query: str, depth: int) -> dict[int, float]:
-        return rrf(self.dense(self.embed_query(query), depth), self.bm25(query, depth))
+    def message_scores(self, query: str, depth: int, flt: MessageFilter | None = None) -> dict[int, float]:
+        return rrf(self.dense(self.embed_query(query), depth, flt), self.bm25(query, depth, flt))
+
+    def _unit_dense(self, level: str, qvec: np.ndarray, depth: int, flt: MessageFilter | None) -> list[int]:
+        if flt is None:
+            return self.db.structure.dense(level, qvec, depth)
+        return self.db.filters.unit_dense(level, qvec, depth, flt)
+
+    def _members(self, level: str, uid: int, flt: MessageFilter | None) -> list[MessageRow]:
+        rows = self.db.structure.unit_messages(level, uid)
+        if flt is None:
+            return rows
+        keep = self.db.filters.keep([r.id for r in rows], flt)
+        return [r for r in rows if r.id in keep]
 
     # -- search ----------------------------------------------------------------------------------
-    def search(self, query: str, *, k: int, level: str) -> list[SearchResult]:
+    def search(self, query: str, *, k: int, level: str, flt: MessageFilter | None = None) -> list[SearchResult]:
+        """With a filter: messages that match it, or units holding one, showing only those messages."""
         depth = max(4 * k, 50)
-        msg_scores = self.message_scores(query, depth)
+        msg_scores = self.message_scores(query, depth, flt)
         if level == "message":
             top = _ranked(msg_scores)[:k]
             rows = self.db.messages.many([m for m, _ in top])
             return [_message_hit(rows[mid], score) for mid, score in top]
         msg_rank = [mid for mid, _ in _ranked(msg_scores)]
         unit_of = self.db.structure.unit_of(level, msg_rank)
-        dense = self.db.structure.dense(level, self.embed_query(query), depth)
+        dense = self._unit_dense(level, self.embed_query(query), depth, flt)
         top = _ranked(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:k]
-        return [_unit_hit(level, uid, self.db.structure.unit_messages(level, uid), score) for uid, score in top]
+        return [_unit_hit(level, uid, self._members(level, uid, flt), score) for uid, score in top]
 
-    def rank_with_structure(self, query: str, *, depth: int = 200) -> list[tuple[int, float]]:
+    def rank_with_structure(self, query: str, *, depth: int = 200,
+                            flt: MessageFilter | None = None) -> list[tuple[int, float]]:
         """Rank messages for a query using the interaction structure (paper §3.5's fall-back to
         Structured Interaction Memory).
 
@@ -102,19 +113,24 @@ class Retriever:
         level out. Members of the top ``top_units`` segments and trajectories become candidates
         even when no message-level ranking found them: that is how neighbouring turns and
         non-contiguous turns of the same event reach the context. The defaults were chosen on the
-        LoCoMo development half (benchmarks/locomo.py).
+        LoCoMo development half (benchmarks/locomo.py). With a filter, only matching messages are
+        ranked, only units holding one are considered, and only their matching members are added.
         """
         qvec = self.embed_query(query)
-        msg_scores = rrf(self.dense(qvec, depth), self.bm25(query, depth))
+        msg_scores = rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
         msg_rank = [m for m, _ in _ranked(msg_scores)]
         total: dict[int, float] = dict(msg_scores)
         for level, weight in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight)):
             if weight <= 0:
                 continue
             unit_of = self.db.structure.unit_of(level, msg_rank)
-            dense = self.db.structure.dense(level, qvec, max(self.top_units * 4, 32))
+            dense = self._unit_dense(level, qvec, max(self.top_units * 4, 32), flt)
             for uid, us in _ranked(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:self.top_units]:
-                for mid in self.db.structure.member_ids(level, uid):
+                members = self.db.structure.member_ids(level, uid)
+                if flt is not None:
+                    keep = self.db.filters.keep(members, flt)
+                    members = [m for m in members if m in keep]
+                for mid in members:
                     total[mid] = total.get(mid, 0.0) + weight * us
         return _ranked(total)
 

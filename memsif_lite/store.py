@@ -258,7 +258,7 @@ def connect(
         _load_vec(con)
         con.setbusytimeout(busy_timeout_ms)
         if not readonly:
-            mode = _sql(con, "PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = _to_wal(con, busy_timeout_ms)
             if str(mode).lower() != "wal":
                 log.warning("could not switch %s to WAL (journal_mode=%s)", path, mode)
         _sql(con, f"PRAGMA synchronous={synchronous}")
@@ -272,6 +272,22 @@ def connect(
         con.close()
         raise
     return con
+
+
+def _to_wal(con: apsw.Connection, busy_timeout_ms: int) -> str:
+    """``PRAGMA journal_mode=WAL``, retried: while another process is creating the same file, SQLite
+    can answer it with SQLITE_BUSY without calling the busy handler (1 in ~60 tries with four
+    processes, tests/test_cli_surprises.py::test_processes_creating_the_same_new_file_...)."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000.0
+    delay = 0.005
+    while True:
+        try:
+            return str(_sql(con, "PRAGMA journal_mode=WAL").fetchone()[0])
+        except apsw.BusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def _migrate(con: apsw.Connection, dim: int, initial_meta: dict[str, str]) -> None:

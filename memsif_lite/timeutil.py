@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidInputError
 
-__all__ = ["to_stored", "from_stored", "parse_locomo_date", "now_stored"]
+__all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "parse_locomo_date", "now_stored",
+           "day_label", "relative_notes"]
 
 _LOCOMO = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE
@@ -20,6 +21,27 @@ _MONTHS = {m: i for i, m in enumerate(
 def to_stored(at: object) -> str:
     """A datetime or ISO-8601 string to the stored form. Aware values are converted to UTC;
     naive values are taken as UTC. Anything else is an InvalidInputError."""
+    dt = _parse(at)
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+    return dt.isoformat(timespec="microseconds" if dt.microsecond else "seconds")
+
+
+def utc_offset_min(at: object) -> int | None:
+    """The UTC offset, in whole minutes, of the time the caller gave (``+02:00`` → 120); ``None``
+    for a naive time (taken as UTC, offset unknown). Sub-minute offsets are rounded."""
+    dt = _parse(at)
+    off = dt.utcoffset()
+    return None if off is None else round(off.total_seconds() / 60)
+
+
+def local_time(at_utc: datetime, offset_min: int | None) -> datetime:
+    """A stored (naive UTC) time at its speaker's UTC offset, as a naive local time; unchanged
+    when the offset is unknown."""
+    return at_utc if offset_min is None else at_utc + timedelta(minutes=offset_min)
+
+
+def _parse(at: object) -> datetime:
     if isinstance(at, str):
         s = at.strip()
         if s.endswith(("Z", "z")):
@@ -36,9 +58,7 @@ def to_stored(at: object) -> str:
         dt = at
     else:
         raise InvalidInputError(f"timestamp must be a datetime or an ISO-8601 string, got {type(at).__name__}")
-    if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
-    return dt.isoformat(timespec="microseconds" if dt.microsecond else "seconds")
+    return dt
 
 
 def from_stored(s: str) -> datetime:
@@ -79,11 +99,21 @@ def day_label(dt: datetime) -> str:
     return f"{dt.strftime('%a')} {dt.day} {dt.strftime('%b %Y')}"
 
 
+def _weekend(d: datetime, which: str) -> str:
+    """Sat–Sun: ``this`` = the current (said on Sat/Sun) or coming weekend; ``next`` = the coming
+    one when said Monday–Thursday, the one after this one when said Friday–Sunday; ``last`` = the
+    one before this one."""
+    wd = d.weekday()
+    sat = d - timedelta(days=wd - 5) if wd >= 5 else d + timedelta(days=5 - wd)
+    if which == "last" or (which == "next" and wd >= 4):
+        sat += timedelta(days=-7 if which == "last" else 7)
+    return f"{day_label(sat)} – {day_label(sat + timedelta(days=1))}"
+
+
 def relative_notes(text: str, said_at: datetime) -> list[str]:
     """Resolve relative time expressions against the date a message was said, e.g.
-    ``'"yesterday" = Sun 7 May 2023'``; approximate ones are marked with ≈."""
-    from datetime import timedelta
-
+    ``'"yesterday" = Sun 7 May 2023'``; approximate ones are marked with ≈. ``said_at`` should
+    be the speaker's LOCAL time (:func:`local_time`): "yesterday" is relative to their date."""
     notes: list[str] = []
     for m in _REL.finditer(text):
         phrase = m.group(0).lower()
@@ -112,7 +142,9 @@ def relative_notes(text: str, said_at: datetime) -> list[str]:
                 elif step == 1:
                     delta = delta if delta > 0 else 7
                 target = day_label(d + timedelta(days=delta))
-            elif what in ("week", "weekend"):
+            elif what == "weekend":
+                target = _weekend(d, which)
+            elif what == "week":
                 target = "the week of " + day_label(d + timedelta(days=7 * step - d.weekday()))
             elif what == "month":
                 y, mo = d.year, d.month + step

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 __all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
            "CandidateCluster"]
@@ -11,12 +11,22 @@ __all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "Fact
 
 @dataclass(frozen=True)
 class Message:
+    """A stored message. ``at`` is UTC (naive); ``utc_offset_min`` the UTC offset of the time the
+    caller gave (``None`` when it was naive, i.e. taken as UTC)."""
+
     id: int
     speaker: str
     text: str
     at: datetime
     session: str | None
     source_id: str | None = None
+    utc_offset_min: int | None = None
+
+    @property
+    def local_at(self) -> datetime:
+        """The time as the speaker gave it: aware, at their UTC offset (UTC when unknown)."""
+        tz = timezone(timedelta(minutes=self.utc_offset_min or 0))
+        return self.at.replace(tzinfo=timezone.utc).astimezone(tz)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def test_every_tool_over_stdio_then_the_file(tmp_path, sample_messages):
     assert out["stats"]["stats"]["messages"] == 42 and out["stats"]["read_only"] is False
     assert out["forget"].is_error and "forget" in out["forget"].content[0].text   # not offered
     assert out["bad_arg"].is_error
-    assert out["bad_input"].is_error and "InvalidInputError" in out["bad_input"].content[0].text
+    assert out["bad_input"].is_error and "unparsable timestamp" in out["bad_input"].content[0].text
     assert out["missing"].is_error and "no fact with id 10000" in out["missing"].content[0].text
 
     with raw(db) as con:                                                   # the file, read directly

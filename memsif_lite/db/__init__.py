@@ -9,6 +9,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``clusters``  — candidate clusters C_k and ActiveFacts
 * ``admin``     — meta, llm_calls, counts, export/import, check, backup
 * ``queue``     — the work queue of pipeline steps still to run
+* ``filters``   — filtered rankings and listings (speaker, session, time), "already present"
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -25,6 +26,7 @@ from .. import store
 from .admin import Admin
 from .clusters import Clusters
 from .facts import CoreFacts
+from .filtering import Filtering
 from .messages import Messages, to_message
 from .queue import Queue, Step
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
@@ -42,6 +44,7 @@ class Database:
         self.clusters = Clusters(con)
         self.admin = Admin(con)
         self.queue = Queue(con)
+        self.filters = Filtering(con)
 
     def write(self) -> contextlib.AbstractContextManager[apsw.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`)."""

@@ -23,17 +23,22 @@ class Table:
         # typed loosely on purpose: rows are mapped to dataclasses right here, column by column
         self.con: Any = con
 
-    def knn(self, table: str, vec: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def knn(self, table: str, vec: np.ndarray, k: int,
+            only: tuple[str, list[Any]] | None = None) -> list[tuple[int, float]]:
         """(rowid, cosine distance) of the ``k`` nearest vectors in a vec0 table, nearest first.
-        sqlite-vec refuses ``k`` above 4096 and an empty table needs no query."""
+        sqlite-vec refuses ``k`` above 4096 and an empty table needs no query. ``only`` is a
+        ``(SELECT id ..., args)`` subquery: the KNN then runs over those rows only (vec0 applies
+        ``rowid IN (...)`` inside the search)."""
         if table not in VEC_TABLES:
             raise ValueError(f"not a vector table: {table}")
         k = min(int(k), 4096)
         if k <= 0:
             return []
+        sub, args = only if only is not None else ("", [])
+        where = f" AND rowid IN ({sub})" if only is not None else ""
         return [(int(r), float(d)) for r, d in self.con.execute(
-            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
-            (f32(vec), k))]
+            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ?{where} ORDER BY distance",
+            (f32(vec), k, *args))]
 
     def count(self, table: str) -> int:
         return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])

@@ -26,7 +26,7 @@ __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connect
 FORMAT = "memsif-export"
 #: plain tables in dependency order, with their columns
 TABLES: dict[str, tuple[str, ...]] = {
-    "messages": ("id", "speaker", "text", "at", "session", "source_id", "content_hash", "created_at"),
+    "messages": ("id", "speaker", "text", "at", "session", "source_id", "content_hash", "created_at", "utc_offset_min"),
     "llm_calls": ("id", "at", "purpose", "model", "prompt_tokens", "completion_tokens", "latency_ms", "ok", "error"),
     "trajectories": ("id", "n_segments", "n_messages", "vec_sum", "entities", "start_at", "end_at", "title"),
     "segments": ("id", "trajectory_id", "n_messages", "vec_sum", "entities", "start_at", "end_at", "closed", "title"),
@@ -43,6 +43,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "work_queue": ("id", "message_id", "sub", "kind", "segment_id", "payload", "created_at", "attempts"),
 }
 _META_KEEP = ("fact_schema", "created_at", "created_by")
+#: columns added by later schema steps: an export made before them may lack them (NULL then)
+_OPTIONAL = frozenset({"utc_offset_min"})
 
 
 def _enc(v: Any) -> Any:
@@ -109,9 +111,9 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
             raise InvalidInputError("export row without data")
         if table in TABLES:
             cols = TABLES[table]
-            if set(row) != set(cols):
+            if set(row) - set(cols) or set(cols) - set(row) - _OPTIONAL:
                 raise InvalidInputError(f"{table} row has columns {sorted(row)}, expected {sorted(cols)}")
-            values = [_dec(row[c]) for c in cols]
+            values = [_dec(row.get(c)) for c in cols]
             if table == "messages" and values[2] is not None and not str(values[2]).strip():
                 raise InvalidInputError("empty message text in export")
             try:

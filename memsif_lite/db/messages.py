@@ -11,24 +11,25 @@ from .rows import MessageRow, f32
 
 __all__ = ["Messages"]
 
-_COLS = "id, speaker, text, at, session, source_id"
+_COLS = "id, speaker, text, at, session, source_id, utc_offset_min"
 
 
 def _row(r: tuple) -> MessageRow:
-    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5])
+    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
 
 
 def to_message(r: MessageRow) -> Message:
-    return Message(r.id, r.speaker, r.text, from_stored(r.at), r.session, r.source_id)
+    return Message(r.id, r.speaker, r.text, from_stored(r.at), r.session, r.source_id, r.utc_offset_min)
 
 
 class Messages(Table):
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
-               content_hash: bytes, created_at: str, vector: np.ndarray) -> int:
+               content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None) -> int:
         """The message row, its vector and its full-text row."""
         self.con.execute(
-            "INSERT INTO messages(speaker, text, at, session, source_id, content_hash, created_at) "
-            "VALUES(?,?,?,?,?,?,?)", (speaker, text, at, session, source_id, content_hash, created_at))
+            "INSERT INTO messages(speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min) "
+            "VALUES(?,?,?,?,?,?,?,?)",
+            (speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min))
         mid = self.con.last_insert_rowid()
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, ?)", (mid, f32(vector)))
         self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))

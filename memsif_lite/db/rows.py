@@ -63,6 +63,7 @@ class MessageRow:
     at: str
     session: str | None
     source_id: str | None
+    utc_offset_min: int | None = None     # of the time the caller gave; None: naive (UTC)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ class Structure(Table):
 
     def unit_messages(self, level: str, uid: int) -> list[MessageRow]:
         return [MessageRow(*r) for r in self.con.execute(
-            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id FROM message_units u "
+            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM message_units u "
             f"JOIN messages m ON m.id=u.message_id WHERE {_MEMBERS[level]} ORDER BY m.id", (uid,))]
 
     def member_ids(self, level: str, uid: int) -> list[int]:
@@ -150,7 +150,7 @@ class Structure(Table):
     def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
         """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first."""
         rows = self.con.execute(
-            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id FROM segments s "
+            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM segments s "
             "JOIN segments o ON o.trajectory_id=s.trajectory_id "
             "JOIN message_units u ON u.segment_id=o.id JOIN messages m ON m.id=u.message_id "
             "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (sid, sid, limit)).fetchall()

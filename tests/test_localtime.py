@@ -1,0 +1,70 @@
+"""Local time: each message keeps the UTC offset its caller gave, and relative expressions
+("yesterday", "last Saturday", "this/next/last weekend") resolve on the speaker's LOCAL date."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from fakes import raw
+
+from memsif_lite.timeutil import local_time, relative_notes, to_stored, utc_offset_min
+
+
+def _notes(text: str, at: str) -> list[str]:
+    return relative_notes(text, local_time(datetime.fromisoformat(to_stored(at)), utc_offset_min(at)))
+
+
+@pytest.mark.parametrize("at, text, expected", [
+    # 00:30 on Monday in Paris is still Sunday 22:30 UTC: "yesterday" is Sunday 5 May, not Saturday 4 May
+    ("2024-05-06T00:30:00+02:00", "I went yesterday", '"yesterday" = Sun 5 May 2024'),
+    ("2024-05-06T00:30:00+02:00", "see you tomorrow", '"tomorrow" = Tue 7 May 2024'),
+    ("2024-05-05T23:30:00-07:00", "today was long", '"today" = Sun 5 May 2024'),  # Mon 06:30 UTC
+    ("2024-05-06T00:30:00+02:00", "last Saturday", '"last Saturday" = Sat 4 May 2024'),
+    # weekends are Sat–Sun
+    ("2024-05-06T10:00:00", "next weekend we hike", '"next weekend" = Sat 11 May 2024 – Sun 12 May 2024'),
+    ("2024-05-06T10:00:00", "this weekend", '"this weekend" = Sat 11 May 2024 – Sun 12 May 2024'),
+    ("2024-05-11T10:00:00", "this weekend", '"this weekend" = Sat 11 May 2024 – Sun 12 May 2024'),
+    ("2024-05-12T10:00:00", "this weekend", '"this weekend" = Sat 11 May 2024 – Sun 12 May 2024'),
+    ("2024-05-10T10:00:00", "next weekend", '"next weekend" = Sat 18 May 2024 – Sun 19 May 2024'),
+    ("2024-05-06T10:00:00", "last weekend", '"last weekend" = Sat 4 May 2024 – Sun 5 May 2024'),
+    ("2024-05-12T10:00:00", "last weekend", '"last weekend" = Sat 4 May 2024 – Sun 5 May 2024'),
+    # the weekend on the local date: Sunday 23:30 in New York is Monday in UTC
+    ("2024-05-12T23:30:00-04:00", "this weekend", '"this weekend" = Sat 11 May 2024 – Sun 12 May 2024'),
+])
+def test_relative_expressions_resolve_on_the_local_date(at, text, expected):
+    assert _notes(text, at) == [expected]
+
+
+def test_utc_offsets():
+    assert utc_offset_min("2024-05-06T00:30:00+02:00") == 120
+    assert utc_offset_min("2024-05-06T00:30:00Z") == 0
+    assert utc_offset_min("2024-05-06T00:30:00-03:30") == -210
+    assert utc_offset_min("2024-05-06T00:30:00") is None
+    assert utc_offset_min(datetime(2024, 5, 6, tzinfo=timezone(timedelta(hours=9)))) == 540
+
+
+def test_a_message_keeps_its_offset_and_evidence_uses_the_local_date(memory, db):
+    mem = memory()
+    mid = mem.add("Ana", "I went to the violin recital yesterday.", at="2024-05-06T00:30:00+02:00")
+    naive = mem.add("Bo", "I played the violin yesterday.", at="2024-05-06T00:30:00")
+    m = mem.get(mid)
+    assert m.at == datetime(2024, 5, 5, 22, 30) and m.utc_offset_min == 120
+    assert m.local_at == datetime(2024, 5, 6, 0, 30, tzinfo=timezone(timedelta(hours=2)))
+    assert mem.get(naive).utc_offset_min is None and mem.get(naive).local_at.utcoffset() == timedelta(0)
+    with raw(db) as con:
+        assert con.execute("SELECT utc_offset_min FROM messages ORDER BY id").fetchall() == [(120,), (None,)]
+    ev = {e.speaker: e for e in mem.context("violin recital", budget_tokens=500).evidence}
+    assert ev["Ana"].notes == ('"yesterday" = Sun 5 May 2024',)
+    assert ev["Ana"].local_at == datetime(2024, 5, 6, 0, 30)
+    assert ev["Bo"].notes == ('"yesterday" = Sun 5 May 2024',)
+    assert "[2024-05-06] Ana:" in mem.context("violin recital", budget_tokens=500).text
+
+
+def test_offsets_survive_export_and_import(memory, tmp_path):
+    mem = memory()
+    mem.add("Ana", "hello from Tokyo", at="2024-05-06T09:00:00+09:00")
+    mem.export_to(tmp_path / "x.jsonl")
+    other = memory(path=tmp_path / "other.db")
+    other.import_from(tmp_path / "x.jsonl")
+    assert other.messages()[0].utc_offset_min == 540
