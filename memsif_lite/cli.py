@@ -187,8 +187,11 @@ llm_options = _options(
 
 
 def _open(db: str, config: str | None = None, llm: str | None = None, api_base: str | None = None,
-          api_key: str | None = None, *, create: bool = False, read_only: bool = False) -> Memory:
-    """The one way the CLI opens a memory file. The embedding model is the one the file records."""
+          api_key: str | None = None, *, create: bool = False, read_only: bool = False,
+          later: bool = False) -> Memory:
+    """The one way the CLI opens a memory file. The embedding model is the one the file records.
+    A command's queued steps run before it exits (``inline``; LLM calls outside any transaction),
+    or not at all with ``later`` (``memsif process`` runs them)."""
     if not create and not Path(db).exists():
         raise click.ClickException(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
     ctx = click.get_current_context(silent=True)
@@ -196,7 +199,8 @@ def _open(db: str, config: str | None = None, llm: str | None = None, api_base: 
         make_private_dirs(Path(db).parent)
     cfg = Config.from_file(config) if config else None
     llm_kwargs = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
-    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None, read_only=read_only)
+    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None, read_only=read_only,
+                  process="manual" if later else "inline")
 
 
 def _writable_parent(path: str) -> None:
@@ -308,15 +312,17 @@ def _removed_if_failed(db: str) -> Iterator[None]:
 @click.option("--speaker-map", default=None, metavar="ROLE=NAME,...",
               help="Speakers for chat lines {\"role\",\"content\"}, e.g. user=Ana,assistant=Bot "
                    "(default: the role itself).")
+@click.option("--later", is_flag=True, help="Store now; build segments and facts later with `memsif process` "
+                                           "(useful with a slow --llm).")
 @json_option
 def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
-           speaker_map: str | None, as_json: bool) -> None:
+           speaker_map: str | None, later: bool, as_json: bool) -> None:
     """Add the messages of FILE (JSONL, chat JSONL or LoCoMo JSON; - for standard input) to the
     memory, creating it if needed. All or nothing: a bad line (named by its number) adds nothing.
     Idempotent: messages already in the file are skipped and counted."""
     labeled = _read_messages(file, parse_speaker_map(speaker_map))
     t0 = time.perf_counter()
-    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True) as mem:
+    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True, later=later) as mem:
         ids = _ingest(mem, labeled)
         st = mem.stats()
     secs = time.perf_counter() - t0
@@ -338,11 +344,14 @@ def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: st
 @click.option("--at", default=None, help="When it was said (ISO 8601, with its UTC offset if known; default: now).")
 @click.option("--session", default=None, help="Session (conversation) it belongs to.")
 @click.option("--source-id", default=None, help="Its id in the source conversation.")
+@click.option("--later", is_flag=True, help="Store now; build segments and facts later with `memsif process` "
+                                           "(useful with a slow --llm).")
 @json_option
 def add(speaker: str, text: str, db: str, config: str | None, llm: str | None, api_base: str | None,
-        api_key: str | None, at: str | None, session: str | None, source_id: str | None, as_json: bool) -> None:
+        api_key: str | None, at: str | None, session: str | None, source_id: str | None, later: bool,
+        as_json: bool) -> None:
     """Add one message (SPEAKER said TEXT) to the memory, creating it if needed."""
-    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True) as mem:
+    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True, later=later) as mem:
         mid = mem.add(speaker, text, at=at, session=session, source_id=source_id)
         m = mem.get(mid)
     if as_json:
@@ -405,6 +414,33 @@ def search(query: str, db: str, config: str | None, k: int, level: str, speakers
         else:
             click.echo(f"[{h.id}] {_dt(h.at)} ({_plural(len(h.message_ids), 'message')})")
             click.echo("      " + h.text.replace("\n", "\n      "))
+
+
+@main.command("process")
+@file_options
+@llm_options
+@click.option("--until-empty/--once", default=True, show_default=True,
+              help="Run until the queue is empty, or only --max-steps / --max-seconds worth.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Run at most this many steps.")
+@click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop starting new steps after this long.")
+@json_option
+def process_cmd(db: str, config: str | None, llm: str | None, api_base: str | None, api_key: str | None,
+                until_empty: bool, max_steps: int | None, max_seconds: float | None, as_json: bool) -> None:
+    """Run the queued pipeline steps (segment placement, segment close, CoreFacts), with --llm if
+    given; LLM calls happen with no transaction open, so other writers never wait for them."""
+    if not until_empty and max_steps is None and max_seconds is None:
+        max_steps = 1
+    with _open(db, config, llm, api_base, api_key, later=True) as mem:
+        report = mem.process(max_steps=max_steps, max_seconds=max_seconds)
+        st = mem.stats()
+    if as_json:
+        _emit({"steps": report.steps, "pending": report.pending, "seconds": round(report.seconds, 3),
+               "stale": report.stale, "stats": st})
+        return
+    click.echo(f"ran {_plural(report.steps, 'step')} in {report.seconds:.1f}s; "
+               f"{_plural(report.pending, 'step')} pending")
+    click.echo(_stats_line(st))
 
 
 @main.command()

@@ -62,6 +62,10 @@ class Config:
     #: for ``llm_backoff_s`` (doubling while it stays down, up to 10 minutes)
     llm_down_after: int = 3
     llm_backoff_s: float = 30.0
+    #: how replies are constrained: ``auto`` (a JSON schema the way the server takes it, stepping
+    #: down when refused), ``json_schema`` (OpenAI, vLLM), ``json_object_schema`` (llama.cpp's
+    #: server), ``json_object`` (plain JSON mode)
+    llm_schema: str = "auto"
     max_message_chars: int = 1_000_000
     fact_schema: tuple[FactType, ...] = field(default=DEFAULT_FACT_SCHEMA)
 
@@ -96,6 +100,8 @@ class Config:
             raise ConfigError("llm_down_after must be an integer in [1, 100]")
         if not (isinstance(self.llm_backoff_s, (int, float)) and 0 < self.llm_backoff_s <= 3600):
             raise ConfigError("llm_backoff_s must be in (0, 3600]")
+        if self.llm_schema not in ("auto", "json_schema", "json_object_schema", "json_object"):
+            raise ConfigError("llm_schema must be auto, json_schema, json_object_schema or json_object")
         if not isinstance(self.max_message_chars, int) or self.max_message_chars < 1:
             raise ConfigError("max_message_chars must be a positive integer")
         schema = tuple(self.fact_schema)

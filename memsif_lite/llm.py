@@ -22,7 +22,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 from .errors import ConfigError, LLMError
 
 __all__ = ["LLM", "ModelHealth", "Prompt", "CallRecord", "import_litellm", "require_litellm", "parse_json_object",
-           "ReplyError"]
+           "ReplyError", "SCHEMA_MODES", "response_format"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -100,6 +100,8 @@ class Prompt(Generic[T]):
     user: str
     validate: Callable[[dict[str, Any]], T]
     max_tokens: int = 400
+    #: the JSON schema of a valid reply (valid choices as enums), sent to constrain decoding
+    schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,11 @@ class ModelHealth:
     ``max_backoff_s``) and calls return at once; a success resets it. Shared by every LLM object
     of one ``Memory`` (its foreground and background connections)."""
 
-    def __init__(self, *, down_after: int = 3, backoff_s: float = 30.0, max_backoff_s: float = 600.0):
+    def __init__(self, *, down_after: int = 3, backoff_s: float = 30.0, max_backoff_s: float = 600.0,
+                 schema_mode: str = "auto"):
         self.down_after, self.base, self.max = down_after, backoff_s, max_backoff_s
+        self.auto = schema_mode == "auto"
+        self.schema_mode = "json_schema" if self.auto else schema_mode
         self.failures = 0
         self.down_until = 0.0
         self._backoff = backoff_s
@@ -141,6 +146,16 @@ class ModelHealth:
                             self.failures, self._backoff)
                 self._backoff = min(self._backoff * 2, self.max)
                 self.failures = 0
+
+    def weaker_format(self, refused: str) -> bool:
+        """With ``auto``, step down from a refused way of asking for JSON; False when there is none."""
+        with self._lock:
+            if not self.auto or refused not in SCHEMA_MODES[:-1]:
+                return False
+            if self.schema_mode == refused:
+                self.schema_mode = SCHEMA_MODES[SCHEMA_MODES.index(refused) + 1]
+                log.info("the LLM server refused response_format %s; using %s", refused, self.schema_mode)
+            return True
 
     def ok(self) -> None:
         with self._lock:
@@ -190,12 +205,15 @@ class LLM:
             return None
         litellm = self._client()
         messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
-        params: dict[str, Any] = {"response_format": {"type": "json_object"}, "temperature": 0,
-                                  "max_tokens": prompt.max_tokens, "timeout": self.timeout, "num_retries": 0}
-        params.update(self.kwargs)
         p_tok = c_tok = 0
         error: str | None = None
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        while attempt <= self.retries:
+            mode = self.health.schema_mode
+            params: dict[str, Any] = {"response_format": response_format(mode, prompt), "temperature": 0,
+                                      "max_tokens": prompt.max_tokens, "timeout": self.timeout, "num_retries": 0}
+            params.update(self.kwargs)
+            attempt += 1
             try:
                 resp = litellm.completion(model=self.model, messages=messages, **params)
                 self.health.ok()
@@ -210,6 +228,9 @@ class LLM:
                 error = f"bad reply: {e}"
             except Exception as e:  # noqa: BLE001 - litellm maps provider errors to many types
                 error = f"{type(e).__name__}: {str(e)[:300]}"
+                if "response_format" not in self.kwargs and _format_refused(e) and self.health.weaker_format(mode):
+                    attempt -= 1  # the server does not take this way of asking for JSON: ask the next way
+                    continue
                 if _not_the_models(e):
                     self._record(purpose, t0, p_tok, c_tok, False, error)
                     raise LLMError(f"the LLM {self.model!r} cannot be used as configured ({error}); "
@@ -218,8 +239,8 @@ class LLM:
                     self.health.outage()
                     if not self.health.available():
                         break
-                if attempt < self.retries and _retryable(e):
-                    time.sleep(min(0.25 * (2**attempt), 2.0))
+                if attempt <= self.retries and _retryable(e):
+                    time.sleep(min(0.25 * (2 ** (attempt - 1)), 2.0))
                     continue
                 break
             # a malformed reply: ask once more (temperature 0 may repeat it; that is bounded)
@@ -230,6 +251,28 @@ class LLM:
     def _record(self, purpose: str, t0: float, p: int, c: int, ok: bool, error: str | None) -> None:
         self.calls += 1
         self.record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error))
+
+
+#: ways of asking for JSON, strongest first: an OpenAI-style JSON schema (OpenAI, vLLM, Ollama
+#: through litellm), llama-cpp-python's ``json_object`` with a ``schema`` (its server answers HTTP
+#: 500 to the first), plain JSON mode. ``auto`` starts with the first and steps down when refused.
+SCHEMA_MODES = ("json_schema", "json_object_schema", "json_object")
+
+
+def response_format(mode: str, prompt: Prompt[Any]) -> dict[str, Any]:
+    if prompt.schema is None or mode == "json_object":
+        return {"type": "json_object"}
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": prompt.schema}
+    return {"type": "json_schema", "json_schema": {"name": f"{prompt.purpose}_reply", "schema": prompt.schema}}
+
+
+def _format_refused(e: Exception) -> bool:
+    """The server refused the ``response_format`` itself (not the model failing)."""
+    text = str(e)[:2000]
+    return type(e).__name__ in {"BadRequestError", "InternalServerError", "UnprocessableEntityError",
+                                "UnsupportedParamsError"} \
+        and any(k in text for k in ("response_format", "json_schema", "json_object"))
 
 
 _CONFIG_ERRORS = {"AuthenticationError", "PermissionDeniedError", "NotFoundError", "UnsupportedParamsError"}

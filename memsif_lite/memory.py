@@ -64,7 +64,7 @@ class Memory:
         self._lock = threading.RLock()
         self._db, emb = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only)
         self._closed = False
-        health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s)
+        health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s, schema_mode=cfg.llm_schema)
         llm_ = pipelines.make_llm(self._db, llm, llm_kwargs, cfg, health, record_calls=not self.read_only)
         self._p = pipelines.build(self._db, cfg, emb, llm_, boundary_judge=boundary_judge,
                                   trajectory_judge=trajectory_judge)

@@ -10,7 +10,7 @@ ReplyError, and :meth:`LLM.complete` returns that value or None.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 from .llm import Prompt, ReplyError
 
@@ -28,36 +28,80 @@ def data_block(name: str, lines: Sequence[str]) -> str:
     return f'<data name="{name}">\n{body}\n</data>'
 
 
-def _items(obj: dict[str, Any], key: str, most: int) -> list[dict[str, Any]]:
-    """A list of at most ``most`` objects under ``key``."""
-    items = obj.get(key)
-    if not isinstance(items, list) or len(items) > most:
-        raise ReplyError(f"'{key}' must be a list of at most {most} items")
-    if not all(isinstance(it, dict) for it in items):
-        raise ReplyError(f"each item of '{key}' must be an object")
-    return items
+# -- reply types: defined once (a pydantic model built per call, with the valid choices as
+# enums), from which both the JSON schema sent to the model and the local validation derive.
+# pydantic comes with litellm, which an LLM needs anyway: it is imported only here, lazily.
+def _pd() -> Any:
+    import pydantic
+
+    return pydantic
 
 
-def _text(value: Any, what: str, most: int) -> str:
-    """A non-empty string of at most ``most`` characters, whitespace collapsed."""
-    if not (isinstance(value, str) and 0 < len(value.strip()) <= most):
-        raise ReplyError(f"{what} must be a non-empty string of at most {most} characters")
-    return " ".join(value.split())
-
-
-def _line_numbers(value: Any, n: int, what: str) -> list[int]:
-    """1-based line numbers naming lines 1..n, returned 0-based, sorted, unique."""
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in value)):
-        raise ReplyError(f"{what} lines must name lines of the excerpt")
-    return sorted({x - 1 for x in value})
-
-
-def _bool(obj: dict[str, Any], key: str) -> bool:
-    v = obj.get(key)
-    if not isinstance(v, bool):
-        raise ReplyError(f"'{key}' must be true or false")
+def _no_bool_or_float(v: Any) -> Any:
+    if isinstance(v, (bool, float)):
+        raise ValueError("must be an integer")
     return v
+
+
+# types are built at run time (the valid choices are only known per call): through ``Any``-typed
+# handles so that static checkers see values, not type expressions
+_ANNOTATED: Any = Annotated
+_LITERAL: Any = Literal
+_LIST: Any = list
+
+
+def _choice(values: Sequence[Any]) -> Any:
+    """One of ``values`` exactly (``True`` is not 1, ``1.0`` is not 1)."""
+    return _ANNOTATED[_LITERAL[tuple(values)], _pd().BeforeValidator(_no_bool_or_float)]
+
+
+def _text_type(most: int) -> Any:
+    return _ANNOTATED[str, _pd().StringConstraints(strip_whitespace=True, min_length=1, max_length=most)]
+
+
+def _list_of(item: Any, *, least: int = 0, most: int | None = None) -> Any:
+    return _ANNOTATED[_LIST[item], _pd().Field(min_length=least, max_length=most)]
+
+
+def _optional(tp: Any) -> Any:
+    from typing import Optional
+
+    opt: Any = Optional
+    return opt[tp]
+
+
+def _lines_type(n: int) -> Any:
+    return _list_of(_choice(range(1, n + 1)), least=1)
+
+
+def reply_type(name: str, **fields: Any) -> Any:
+    """A strict reply model: ``fields`` map to (type, default or ...); extra keys are ignored."""
+    pd = _pd()
+    return pd.create_model(name, __config__=pd.ConfigDict(strict=True, extra="ignore"), **fields)
+
+
+def _validator(model: Any, convert: Any) -> Any:
+    """``obj -> convert(model instance)``, with any validation error as a ReplyError."""
+    def validate(obj: dict[str, Any]) -> Any:
+        pd = _pd()
+        try:
+            return convert(model.model_validate(obj))
+        except pd.ValidationError as e:
+            err = e.errors()[0]
+            raise ReplyError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    return validate
+
+
+def _prompt(purpose: str, system: str, user: str, model: Any, convert: Any, max_tokens: int) -> Prompt[Any]:
+    return Prompt(purpose, system, user, _validator(model, convert), max_tokens, model.model_json_schema())
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _zero_based(lines: Sequence[int]) -> list[int]:
+    return sorted({x - 1 for x in lines})
 
 
 # -- Topical Segment boundary judge (§3.2) ---------------------------------------------------
@@ -73,7 +117,8 @@ def boundary(segment_lines: Sequence[str], message_line: str) -> Prompt[bool]:
         + "\n" + data_block("new_message", [message_line])
         + '\nDoes the new message continue the current topic? Answer {"continues": true} or {"continues": false}.'
     )
-    return Prompt("boundary", BOUNDARY_SYSTEM, user, lambda obj: _bool(obj, "continues"), 20)
+    model = reply_type("BoundaryReply", continues=(bool, ...))
+    return _prompt("boundary", BOUNDARY_SYSTEM, user, model, lambda r: r.continues, 20)
 
 
 # -- Event Trajectory judge (§3.2) -----------------------------------------------------------
@@ -94,16 +139,10 @@ def trajectory(segment_lines: Sequence[str], candidates: Sequence[Sequence[str]]
     )
     n = len(candidates)
 
-    def validate(obj: dict[str, Any]) -> tuple[int, ...]:
-        """The compatible candidates, 0-based and sorted (an empty tuple: none is)."""
-        comp = obj.get("compatible")
-        if not isinstance(comp, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in comp):
-            raise ReplyError("'compatible' must be a list of candidate numbers")
-        if any(not 1 <= x <= n for x in comp):
-            raise ReplyError("'compatible' names a candidate that does not exist")
-        return tuple(sorted({x - 1 for x in comp}))
-
-    return Prompt("trajectory", TRAJECTORY_SYSTEM, "\n".join(parts), validate, 40)
+    model = reply_type("TrajectoryReply", compatible=(_list_of(_choice(range(1, n + 1))), ...))
+    # the compatible candidates, 0-based and sorted (empty: none is)
+    return _prompt("trajectory", TRAJECTORY_SYSTEM, "\n".join(parts), model,
+                   lambda r: tuple(_zero_based(r.compatible)), 40)
 
 
 # -- Short titles for segments and trajectories ----------------------------------------------
@@ -114,10 +153,8 @@ TITLE_SYSTEM = ("You write a short title (at most 8 words) for a conversation ex
 def title(lines: Sequence[str]) -> Prompt[str]:
     user = data_block("excerpt", lines[:12]) + '\nGive a title: {"title": "..."}'
 
-    def validate(obj: dict[str, Any]) -> str:
-        return _text(obj.get("title"), "'title'", 120)
-
-    return Prompt("title", TITLE_SYSTEM, user, validate, 30)
+    model = reply_type("TitleReply", title=(_text_type(120), ...))
+    return _prompt("title", TITLE_SYSTEM, user, model, lambda r: _collapse(r.title), 30)
 
 
 # -- CoreFact extraction (§3.3) --------------------------------------------------------------
@@ -141,17 +178,12 @@ def extract_facts(lines: Sequence[str], context: Sequence[str],
               '"lines" are the excerpt line numbers that state the fact.')
     n = len(lines)
 
-    def validate(obj: dict[str, Any]) -> list[tuple[str, str, str, list[int]]]:
-        out = []
-        for f in _items(obj, "facts", 20):
-            ftype = f.get("type")
-            if not isinstance(ftype, str) or ftype.strip().lower() not in types:
-                raise ReplyError(f"fact type {ftype!r} is not in the schema")
-            out.append((_text(f.get("subject"), "fact subject", 100), types[ftype.strip().lower()],
-                        _text(f.get("stmt"), "fact stmt", 300), _line_numbers(f.get("lines"), n, "fact")))
-        return out
-
-    return Prompt("fact_extract", EXTRACT_SYSTEM, user, validate, 600)
+    fact = reply_type("Fact", subject=(_text_type(100), ...), type=(_choice(list(types.values())), ...),
+                      stmt=(_text_type(300), ...), lines=(_lines_type(n), ...))
+    model = reply_type("FactsReply", facts=(_list_of(fact, most=20), ...))
+    return _prompt("fact_extract", EXTRACT_SYSTEM, user, model,
+                   lambda r: [(_collapse(f.subject), f.type, _collapse(f.stmt), _zero_based(f.lines)) for f in r.facts],
+                   600)
 
 
 # -- CoreFact operation (§3.3) ---------------------------------------------------------------
@@ -173,18 +205,15 @@ def fact_operation(subject: str, ftype: str, stmt: str,
             + '\nChoose: {"op": ..., "target": number or null, "stmt": ...}')
     n = len(existing)
 
-    def validate(obj: dict[str, Any]) -> tuple[str, int | None, str | None]:
-        op, target, new = obj.get("op"), obj.get("target"), obj.get("stmt")
-        if op not in OPERATIONS:
-            raise ReplyError(f"op must be one of {OPERATIONS}")
-        if op == "add":
-            target = None
-        elif not isinstance(target, int) or isinstance(target, bool) or not 1 <= target <= n:
+    def convert(r: Any) -> tuple[str, int | None, str | None]:
+        if r.op != "add" and r.target is None:
             raise ReplyError("target must name an existing fact")
-        stmt = _text(new, "stmt", 300) if new is not None else None
-        return op, (target - 1 if target is not None else None), stmt
+        target = None if r.op == "add" else r.target - 1
+        return r.op, target, (_collapse(r.stmt) if r.stmt is not None else None)
 
-    return Prompt("fact_operation", OPERATION_SYSTEM, user, validate, 200)
+    model = reply_type("OperationReply", op=(_choice(OPERATIONS), ...),
+                       target=(_optional(_choice(range(1, n + 1))), None), stmt=(_optional(_text_type(300)), None))
+    return _prompt("fact_operation", OPERATION_SYSTEM, user, model, convert, 200)
 
 
 # -- Query pipeline (§3.5) -------------------------------------------------------------------
@@ -197,7 +226,8 @@ SUFFICIENCY_SYSTEM = (
 def sufficiency(question: str, facts: Sequence[str]) -> Prompt[bool]:
     user = (data_block("facts", facts) + "\n" + data_block("question", [question])
             + '\nDo the facts alone answer the question? {"sufficient": true} or {"sufficient": false}')
-    return Prompt("sufficiency", SUFFICIENCY_SYSTEM, user, lambda obj: _bool(obj, "sufficient"), 20)
+    model = reply_type("SufficiencyReply", sufficient=(bool, ...))
+    return _prompt("sufficiency", SUFFICIENCY_SYSTEM, user, model, lambda r: r.sufficient, 20)
 
 
 EVIDENCE_SYSTEM = (
@@ -214,11 +244,11 @@ def evidence(question: str, lines: Sequence[str]) -> Prompt[list[tuple[str, str,
             + '\nList the evidence (at most 8): {"evidence": [...]}, or {"evidence": []}.')
     n = len(lines)
 
-    def validate(obj: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
-        return [(_text(it.get("subject"), "evidence subject", 100), _text(it.get("stmt"), "evidence stmt", 400),
-                 _line_numbers(it.get("lines"), n, "evidence")) for it in _items(obj, "evidence", 12)]
-
-    return Prompt("evidence", EVIDENCE_SYSTEM, user, validate, 700)
+    item = reply_type("EvidenceItem", subject=(_text_type(100), ...), stmt=(_text_type(400), ...),
+                      lines=(_lines_type(n), ...))
+    model = reply_type("EvidenceReply", evidence=(_list_of(item, most=12), ...))
+    return _prompt("evidence", EVIDENCE_SYSTEM, user, model,
+                   lambda r: [(_collapse(e.subject), _collapse(e.stmt), _zero_based(e.lines)) for e in r.evidence], 700)
 
 
 ANSWER_SYSTEM = (
@@ -233,9 +263,5 @@ def answer(question: str, context: str, now: str) -> Prompt[str]:
     user = (f"Today is {now}.\n" + data_block("memory", context.splitlines()) + "\n"
             + data_block("question", [question]) + '\nAnswer: {"answer": "..."}')
 
-    def validate(obj: dict[str, Any]) -> str:
-        a = obj.get("answer")
-        _text(a, "'answer'", 4000)
-        return str(a).strip()
-
-    return Prompt("answer", ANSWER_SYSTEM, user, validate, 300)
+    model = reply_type("AnswerReply", answer=(_text_type(4000), ...))
+    return _prompt("answer", ANSWER_SYSTEM, user, model, lambda r: r.answer, 300)

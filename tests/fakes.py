@@ -110,7 +110,8 @@ class FakeLLMServer:
                     time.sleep(reply["sleep"])
                     reply = reply.get("content", "{}")
                 if isinstance(reply, dict) and "status" in reply:
-                    self._send(reply["status"], {"error": {"message": "scripted failure", "type": "server_error"}})
+                    message = reply.get("message", "scripted failure")
+                    self._send(reply["status"], {"error": {"message": message, "type": "server_error"}})
                     return
                 content = reply if isinstance(reply, str) else json.dumps(reply)
                 self._send(200, {

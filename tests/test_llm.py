@@ -44,7 +44,8 @@ def test_ingestion_with_llm_judges_records_every_call(memory, db, llm_server):
     assert {r[0] for r in rows} <= {"boundary", "trajectory", "title", "fact_extract"}
     # memory content went to the model only inside a data block of the user message
     req = llm_server.requests[0]
-    assert req["response_format"] == {"type": "json_object"}
+    fmt = req["response_format"]  # decoding constrained by the reply's JSON schema
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"]["properties"]["continues"]["type"] == "boolean"
     assert "<data" in req["messages"][1]["content"] and "marathon" not in req["messages"][0]["content"]
 
 
@@ -141,7 +142,7 @@ def test_llm_core_facts_four_operations_and_invalid_replies(memory, db, llm_serv
     purposes = sorted(p for p, _ in failures)
     # the Mood type, the missing line, and the "delete" operation
     assert purposes == ["fact_extract", "fact_extract", "fact_operation"]
-    assert any("not in the schema" in e for _, e in failures)
+    assert any("facts.0.type" in e for _, e in failures)  # the reply named a type outside the schema
 
 
 def test_invalid_operation_target_is_ignored_and_counted(memory, llm_server):
@@ -186,3 +187,30 @@ def test_litellm_embedder_over_http(memory, llm_server):
     mem.add("Ana", "bees on the roof")
     mem.add("Ben", "a violin exam")
     assert mem.search("roof bees", k=1)[0].text == "bees on the roof"
+
+
+def test_schema_constrained_replies_step_down_to_what_the_server_takes(memory, db):
+    """llama-cpp-python's server answers HTTP 500 to ``json_schema`` but takes ``json_object`` with a
+    ``schema``: ``auto`` steps down once and keeps the valid choices as enums in the schema."""
+    from fakes import FakeLLMServer
+
+    def llama_like(req: dict):
+        fmt = req.get("response_format") or {}
+        if fmt.get("type") != "json_object":
+            return {"status": 500, "message": "response_format.type: Input should be 'text' or 'json_object'"}
+        system = req["messages"][0]["content"]
+        if system == prompts.TRAJECTORY_SYSTEM:
+            items = fmt["schema"]["properties"]["compatible"]["items"]  # the candidates, as an enum
+            return '{"compatible": []}' if items.get("enum") or "const" in items else "no enum"
+        return {prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TITLE_SYSTEM: '{"title": "T"}'}.get(
+            system, '{"facts": []}')
+
+    with FakeLLMServer(default=llama_like) as server:
+        cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+        mem = memory(config=cfg, llm="openai/m", process="inline", llm_kwargs=server.llm_kwargs())
+        mem.add_many(_convo(8))
+        formats = [r["response_format"]["type"] for r in server.requests]
+        assert formats[0] == "json_schema" and set(formats[1:]) == {"json_object"}
+        assert all("schema" in r["response_format"] for r in server.requests[1:])
+        st = mem.stats()
+        assert st["llm_failures"] == 0 and st["llm_calls"] >= 7 and len(mem.segments()) > 1

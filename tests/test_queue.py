@@ -332,3 +332,47 @@ def test_storage_busy_while_processing_leaves_the_step_for_later(tmp_path):
         other.execute("ROLLBACK")
         other.close()
         assert mem.process().pending == 0
+
+
+def test_cli_later_then_process_and_the_backlog_in_stats(tmp_path):
+    from click.testing import CliRunner
+
+    from memsif_lite.cli import main
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps({"speaker": m["speaker"], "text": m["text"], "at": m["at"].isoformat()})
+                             for m in _messages([(0, 1), (2, 3), (4, 5), (6, 7)])) + "\n")
+    db = str(tmp_path / "cli.db")
+    run = CliRunner().invoke
+    res = run(main, ["ingest", str(src), "--db", db, "--later", "--json"])
+    assert res.exit_code == 0, res.output
+    st = json.loads(run(main, ["stats", "--db", db, "--json"]).output)
+    assert st["pending_steps"] == 4 and st["segments"] == 0
+    res = run(main, ["process", "--db", db, "--once", "--json"])
+    assert json.loads(res.output)["steps"] == 1
+    res = run(main, ["process", "--db", db])
+    assert res.exit_code == 0 and "0 steps pending" in res.output
+    assert json.loads(run(main, ["stats", "--db", db, "--json"]).output)["pending_steps"] == 0
+
+
+@pytest.mark.local_llm
+@pytest.mark.skipif(not os.environ.get("MEMSIF_TEST_LLM_BASE"), reason="set MEMSIF_TEST_LLM_BASE to a local server")
+def test_against_a_real_local_model(tmp_path):
+    """Opt-in (``MEMSIF_TEST_LLM_BASE=http://127.0.0.1:8089/v1 pytest -m local_llm``): ingest, drain
+    the queue and ask through a real OpenAI-compatible server (e.g. llama.cpp with Gemma 3 270M).
+    It checks the path (constrained replies validate, nothing is lost), not the answers' quality."""
+    base = os.environ["MEMSIF_TEST_LLM_BASE"]
+    cfg = Config(llm_timeout_s=60, llm_retries=1)
+    with Memory(tmp_path / "real.db", config=cfg, llm="openai/local", llm_kwargs={"api_base": base, "api_key": "x"},
+                process="manual") as mem:
+        items = _messages([(0, 1), (0, 2), (3, 4), (3, 5), (6, 7), (8, 9)])
+        mem.add_many(items)
+        assert mem.stats()["segments"] == 0  # nothing waited on the model
+        mem.process()
+        st = mem.stats()
+        assert st["pending_steps"] == 0 and st["messages"] == len(items) and st["segments"] >= 1
+        with raw(mem.path) as con:
+            bad = con.execute("SELECT count(*) FROM llm_calls WHERE error LIKE 'bad reply%'").fetchone()[0]
+        assert st["llm_calls"] > 0 and bad <= 0.05 * st["llm_calls"]
+        answer = mem.ask("What does Ana love?", budget_tokens=500)
+        assert answer.text and mem.check() == []
