@@ -83,7 +83,7 @@ class Memory:
             if not self._closed:
                 self._closed = True
                 try:
-                    self._processor.close(self.config.llm_timeout_s + 1.0)
+                    self._processor.close(2.0)
                 finally:
                     self._db.close()
 

@@ -65,12 +65,15 @@ class Worker:
         self._hints[message_id] = (vec, ents)
 
     def run(self, *, max_steps: int | None = None, max_seconds: float | None = None,
-            progress: Callable[[int], None] | None = None) -> ProcessReport:
-        """Run steps from the head of the queue until it is empty or a limit is reached."""
+            progress: Callable[[int], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> ProcessReport:
+        """Run steps from the head of the queue until it is empty, a limit is reached or ``stop()``."""
         t0 = time.perf_counter()
         done = stale = 0
         while max_steps is None or done < max_steps:
             if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+                break
+            if stop is not None and stop():
                 break
             step = self.db.queue.head()
             if step is None:
@@ -179,7 +182,9 @@ class Worker:
 
 class Background:
     """A daemon thread that drains the queue on a connection of its own while the application
-    runs, so ``add`` never waits on a model. It survives outages: while the model is down (see
+    runs, so ``add`` never waits on a model. ``close`` asks it to stop and waits briefly: a step
+    whose LLM call is still in flight is applied (or redone by the next run) when the reply
+    comes — safe either way, since a step is applied at most once. It survives outages: while the model is down (see
     :class:`~memsif_lite.llm.ModelHealth`) it waits instead of falling back, and a busy file or
     an unexpected error only pauses it. A configuration error (:class:`LLMError`) stops it and
     is raised by the next ``add``/``process``/``close``."""
@@ -223,7 +228,7 @@ class Background:
                     self._stop.wait(min(self._health.seconds_left(), 5.0))
                     continue
                 try:
-                    report = worker.run(max_seconds=5.0)
+                    report = worker.run(max_seconds=5.0, stop=self._stop.is_set)
                     self.steps += report.steps
                     pause = self._idle_s
                     if report.pending and report.steps:
