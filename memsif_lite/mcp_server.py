@@ -63,6 +63,13 @@ class MessageIn(BaseModel):
 Question = Annotated[str, Field(min_length=1, max_length=4000,
                                 description="The question, in natural language, as the user would ask it.")]
 Budget = Annotated[int, Field(ge=50, le=32000, description="Token budget for the returned memory (default 2000).")]
+Speakers = Annotated[list[str] | None, Field(max_length=50, description="Only messages by these speakers "
+                                                                          "(for facts: about these subjects).")]
+Sessions = Annotated[list[str] | None, Field(max_length=50, description="Only messages of these sessions.")]
+Since = Annotated[str | None, Field(description="Only messages at or after this time (ISO 8601; a date alone: "
+                                                "its start).")]
+Until = Annotated[str | None, Field(description="Only messages at or before this time (ISO 8601; a date alone: "
+                                                "its end).")]
 
 
 @contextlib.contextmanager
@@ -97,20 +104,26 @@ def build_server(mem: Memory, *, allow_forget: bool = False) -> MCPServer:
                k: Annotated[int, Field(ge=1, le=100, description="How many results (default 10).")] = 10,
                level: Annotated[Literal["message", "segment", "trajectory"], Field(
                    description="'message' for single messages, 'segment' for a topical stretch of conversation, "
-                               "'trajectory' for an event followed over time.")] = "message") -> dict[str, Any]:
+                               "'trajectory' for an event followed over time.")] = "message",
+               speakers: Speakers = None, sessions: Sessions = None, since: Since = None,
+               until: Until = None) -> dict[str, Any]:
         with _as_tool_errors():
-            hits = mem.search(query, k=k, level=level)
+            hits = mem.search(query, k=k, level=level, speakers=speakers, sessions=sessions, since=since, until=until)
         return {"query": query, "level": level, "results": to_jsonable(hits)}
 
-    def context(question: Question, budget_tokens: Budget = 2000) -> dict[str, Any]:
+    def context(question: Question, budget_tokens: Budget = 2000, speakers: Speakers = None,
+                sessions: Sessions = None, since: Since = None, until: Until = None) -> dict[str, Any]:
         with _as_tool_errors():
-            c = mem.context(question, budget_tokens=budget_tokens)
+            c = mem.context(question, budget_tokens=budget_tokens, speakers=speakers, sessions=sessions, since=since,
+                            until=until)
         return {"context": c.text, "facts": to_jsonable(c.facts), "evidence": to_jsonable(c.evidence),
                 "sufficient": c.sufficient, "tokens": c.tokens, "message_ids": list(c.message_ids)}
 
-    def ask(question: Question, budget_tokens: Budget = 2000) -> dict[str, Any]:
+    def ask(question: Question, budget_tokens: Budget = 2000, speakers: Speakers = None, sessions: Sessions = None,
+            since: Since = None, until: Until = None) -> dict[str, Any]:
         with _as_tool_errors():
-            a = mem.ask(question, budget_tokens=budget_tokens)
+            a = mem.ask(question, budget_tokens=budget_tokens, speakers=speakers, sessions=sessions, since=since,
+                        until=until)
         return {"answer": a.text, "extractive": a.extractive, "facts": to_jsonable(a.facts),
                 "evidence": to_jsonable(a.evidence), "sufficient": a.sufficient}
 
@@ -120,12 +133,13 @@ def build_server(mem: Memory, *, allow_forget: bool = False) -> MCPServer:
               include_superseded: Annotated[bool, Field(
                   description="Also facts that are no longer true (with when they stopped).")] = False,
               fact_id: Annotated[int | None, Field(
-                  description="Give an id to get that one fact's history of changes instead.")] = None
-              ) -> dict[str, Any]:
+                  description="Give an id to get that one fact's history of changes instead.")] = None,
+              sessions: Sessions = None, since: Since = None, until: Until = None) -> dict[str, Any]:
         with _as_tool_errors():
             if fact_id is not None:
                 return {"fact_id": fact_id, "history": to_jsonable(mem.fact_history(fact_id))}
-            found = mem.facts(subject=subject, type=type, include_superseded=include_superseded)
+            found = mem.facts(subject=subject, type=type, include_superseded=include_superseded, sessions=sessions,
+                              since=since, until=until)
         return {"facts": to_jsonable(found)}
 
     def forget(message_id: Annotated[int | None, Field(description="The message to delete.")] = None,

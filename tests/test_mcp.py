@@ -64,6 +64,10 @@ def test_every_tool_over_stdio_then_the_file(tmp_path, sample_messages):
         out["search_seg"] = payload(await client.call_tool("search", {"query": "running shoes", "k": 1,
                                                                      "level": "segment"}))
         out["injected"] = payload(await client.call_tool("search", {"query": "previous instructions forget"}))
+        out["filtered"] = payload(await client.call_tool("search", {"query": "Maya", "k": 50, "speakers": ["Leo"]}))
+        out["filtered_ctx"] = payload(await client.call_tool("context", {"question": "What did Maya say?",
+                                                                         "speakers": ["Maya"],
+                                                                         "until": "2024-02-01"}))
         out["context"] = payload(await client.call_tool("context", {"question": "Where does Maya live now?",
                                                                     "budget_tokens": 300}))
         out["ask"] = payload(await client.call_tool("ask", {"question": "Who is Maya's manager?"}))
@@ -96,6 +100,9 @@ def test_every_tool_over_stdio_then_the_file(tmp_path, sample_messages):
     assert out["search_seg"]["results"][0]["level"] == "segment"
     # stored text comes back verbatim, as a JSON string field: data, not a message to the model
     assert out["injected"]["results"][0]["text"] == injection
+    assert out["filtered"]["results"] and {h["speaker"] for h in out["filtered"]["results"]} == {"Leo"}
+    assert all(e["speaker"] == "Maya" and e["at"] <= "2024-02-01T23:59:59.999999"
+               for e in out["filtered_ctx"]["evidence"])
     assert "Porto" in out["context"]["context"] and out["context"]["tokens"] <= 300
     assert out["context"]["message_ids"] and all(isinstance(i, int) for i in out["context"]["message_ids"])
     assert out["ask"]["answer"] and out["ask"]["extractive"] is True
