@@ -112,9 +112,10 @@ def _query_words(question: str) -> set[str]:
     return {w.strip('"') for w in q.split(" OR ")}
 
 
-def _trim(text: str, qwords: set[str], max_tokens: int = MAX_EVIDENCE_TOKENS) -> str:
-    """The message, or its most relevant sentences (in order) when it is long."""
-    if count_tokens(text) <= max_tokens:
+def _trim(text: str, qwords: set[str], max_tokens: int = MAX_EVIDENCE_TOKENS, tokens: int | None = None) -> str:
+    """The message, or its most relevant sentences (in order) when it is long (``tokens``: its
+    count from ingest, when known)."""
+    if (tokens if tokens is not None else count_tokens(text)) <= max_tokens:
         return text
     sents = [s for s in _SENT.split(text) if s.strip()]
     ranked = sorted(range(len(sents)), key=lambda i: (-_overlap(sents[i], qwords), i))
@@ -204,7 +205,7 @@ def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords
     for mid in ranked[:limit]:
         r = rows[mid]
         at = from_stored(r.at)
-        stmt = _trim(r.text, qwords)
+        stmt = _trim(r.text, qwords, tokens=r.tokens)
         out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
                                 tuple(relative_notes(stmt, at))))
     return out

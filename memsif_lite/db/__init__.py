@@ -3,7 +3,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 
 :class:`Database` is what the pipelines receive: one connection, one attribute per table group
 
-* ``messages``  — messages, message_vec, message_fts
+* ``messages``  — messages, message_vec (through the in-process ``vectors`` cache), message_fts
 * ``structure`` — segments, trajectories, message_units and their vectors
 * ``facts``     — CoreFacts with sources, history and vectors
 * ``clusters``  — candidate clusters C_k and ActiveFacts
@@ -27,6 +27,7 @@ from .facts import CoreFacts
 from .messages import Messages, to_message
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
+from .vector_cache import VectorCache
 
 __all__ = ["Database", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message"]
 
@@ -34,15 +35,26 @@ __all__ = ["Database", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_j
 class Database:
     def __init__(self, con: apsw.Connection):
         self.con = con
-        self.messages = Messages(con)
+        dim = int(store.read_meta(con).get("embedding_dim", "0"))
+        self.vectors = VectorCache(con, dim)
+        self.messages = Messages(con, self.vectors)
         self.structure = Structure(con)
         self.facts = CoreFacts(con)
         self.clusters = Clusters(con)
-        self.admin = Admin(con)
+        self.admin = Admin(con, self.vectors)
 
-    def write(self) -> contextlib.AbstractContextManager[apsw.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`)."""
-        return store.write(self.con)
+    @contextlib.contextmanager
+    def write(self) -> Iterator[apsw.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`); the vector
+        cache applies what it staged when the transaction commits, and drops it otherwise."""
+        try:
+            with store.write(self.con) as con:
+                yield con
+        except BaseException:
+            self.vectors.rollback()
+            raise
+        with store.map_errors():
+            self.vectors.commit()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:
