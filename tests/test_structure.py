@@ -79,15 +79,15 @@ def _check_stored_invariants(con, mem, cfg, embedder):
     ents = {m.id: extract_entities(m.text) for m in msgs}
     for s in segs:
         row = con.execute("SELECT vec_sum, entities, n_messages FROM segments WHERE id=?", (s.id,)).fetchone()
-        np.testing.assert_allclose(np.frombuffer(row[0]), sum(vec[m].astype(np.float64) for m in s.message_ids),
-                                   atol=1e-5)
+        np.testing.assert_allclose(np.frombuffer(row[0], dtype=np.float32),  # float32 since schema 5
+                                   sum(vec[m].astype(np.float64) for m in s.message_ids), atol=1e-5)
         assert Counter(json.loads(row[1])) == Counter(e for m in s.message_ids for e in ents[m])
         assert row[2] == len(s.message_ids)
     for t in mem.trajectories():
         row = con.execute("SELECT vec_sum, entities, n_messages, n_segments FROM trajectories WHERE id=?",
                           (t.id,)).fetchone()
-        np.testing.assert_allclose(np.frombuffer(row[0]), sum(vec[m].astype(np.float64) for m in t.message_ids),
-                                   atol=1e-5)
+        np.testing.assert_allclose(np.frombuffer(row[0], dtype=np.float32),
+                                   sum(vec[m].astype(np.float64) for m in t.message_ids), atol=1e-5)
         assert set(json.loads(row[1])) == {e for m in t.message_ids for e in ents[m]}
         assert (row[2], row[3]) == (len(t.message_ids), len(t.segment_ids))
     # φ recomputed from the open segment as it was when each message arrived

@@ -49,6 +49,7 @@ class Database:
         cache applies what it staged when the transaction commits, and drops it otherwise."""
         try:
             with store.write(self.con) as con:
+                self.vectors.begin()
                 yield con
         except BaseException:
             self.vectors.rollback()

@@ -6,7 +6,8 @@ source of truth; the cache is a view of it that is checked before every query.
   commits (dropped on rollback); while a transaction with staged changes is open, queries go to
   vec0.
 * **Other processes' writes** are detected before each query: ``PRAGMA data_version`` changes
-  when another connection commits. Then, in the caller's read snapshot, the file's
+  when another connection commits (read inside the snapshot, after its first read: before that
+  it can lag one transaction behind). Then, in the same read snapshot, the file's
   ``vector_epoch`` (bumped in the same transaction by every deletion or import) is compared
   with the cache's: equal means only appends happened and the rows above the high-water id are
   loaded; different means a full reload. So a query never returns a message forgotten, nor
@@ -49,6 +50,7 @@ class VectorCache:
         self._hw = 0                    # every id <= _hw committed by others is in the cache
         self._staged: list[tuple[str, int, np.ndarray | None]] = []
         self._scratch = np.empty((BLOCK, dim), dtype=np.float32)
+        self._others = True
 
     # -- this process's writes --------------------------------------------------------------
     def stage_add(self, mid: int, code: np.ndarray) -> None:
@@ -69,12 +71,17 @@ class VectorCache:
         self._staged.clear()
         self._reset()
 
+    def begin(self) -> None:
+        """Inside this process's write transaction: note whether others committed since the last
+        sync (then this process's ids may not be the next ones, and the high-water id stays)."""
+        self._others = self._data_version() != self._dv
+
     def commit(self) -> None:
         """This process's transaction committed: apply what it staged."""
         staged, self._staged = self._staged, []
         if not self._loaded or not staged:
             return
-        others = self._data_version() != self._dv  # someone else committed since our last sync
+        others = self._others
         for op, mid, code in staged:
             if op == "delete":
                 keep = self._ids[:self._n] != mid
@@ -96,10 +103,10 @@ class VectorCache:
 
     def sync(self) -> None:
         """Bring the cache up to the caller's read snapshot (call inside one)."""
+        epoch = self._file_epoch()  # first: starts the snapshot, so data_version below is current
         dv = self._data_version()
         if self._loaded and dv == self._dv:
             return
-        epoch = self._file_epoch()
         if not self._loaded or epoch != self._epoch:
             self._reset()
             rows = self.con.execute("SELECT rowid, embedding FROM message_vec").fetchall()
