@@ -21,6 +21,7 @@ from .errors import InvalidInputError
 from .llm import LLM
 from .segments import SegmentBuilder, segment_lines
 from .timeutil import now_stored, to_stored
+from .tokens import count_tokens_many
 from .trajectories import TrajectoryBuilder
 
 __all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION"]
@@ -125,12 +126,14 @@ class IngestPipeline:
         with self.db.read():
             vecs = self.embeddings.passages_cached(passages, hashes)
         ents = [extract_entities(r.text) for r in rows]
+        tokens = count_tokens_many([r.text for r in rows])  # counted once, here, not per query
         created = now_stored()
         ids: list[int] = []
         with self.db.write():
-            for r, h, v, e, line in zip(rows, hashes, vecs, ents, passages, strict=True):
+            for r, h, v, e, line, n in zip(rows, hashes, vecs, ents, passages, tokens, strict=True):
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
-                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v)
+                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v,
+                                              tokens=n)
                 placed = self.segments.place(mid, v, e, r.at, line)
                 if placed.closed_segment_id is not None:
                     self.close_segment(placed.closed_segment_id)

@@ -1,7 +1,7 @@
 """Vectors as int8 with a per-vector scale: the one quantiser of the file and the vector cache.
 
-Each vector is scaled so that its largest component becomes ±127 and rounded (half away from
-zero, as SQLite's ``round()``). The scale itself is not stored: every stored vector is unit length
+Each vector is scaled so that its largest component becomes ±127 and rounded to the nearest
+integer (``numpy.rint``). The scale itself is not stored: every stored vector is unit length
 (cosine metric), so ``q / ‖q‖`` recovers it within the quantisation tolerance, and cosine
 distances — what sqlite-vec's ``distance_cosine_int8`` and :mod:`memsif_lite.db.vector_cache`
 compute — do not depend on the scale at all.
@@ -16,10 +16,10 @@ __all__ = ["quantize", "dequantize", "cosine_distances"]
 
 def quantize(v: np.ndarray) -> np.ndarray:
     """float vector(s) ``[..., dim]`` → int8 codes of the same shape (all-zero stays zero)."""
-    x = np.asarray(v, dtype=np.float64)
+    x = np.asarray(v, dtype=np.float32)
     m = np.abs(x).max(axis=-1, keepdims=True)
-    x = x * np.divide(127.0, m, out=np.zeros_like(m), where=m > 0)
-    return np.clip(np.sign(x) * np.floor(np.abs(x) + 0.5), -127, 127).astype(np.int8)
+    scale = np.divide(np.float32(127.0), m, out=np.zeros_like(m), where=m > 0)
+    return np.rint(x * scale).astype(np.int8)  # |x| * scale <= 127 (float32 rounding stays below 127.5)
 
 
 def dequantize(q: np.ndarray) -> np.ndarray:

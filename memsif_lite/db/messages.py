@@ -31,12 +31,13 @@ class Messages(Table):
         self.cache = cache
 
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
-               content_hash: bytes, created_at: str, vector: np.ndarray) -> int:
+               content_hash: bytes, created_at: str, vector: np.ndarray, tokens: int | None = None) -> int:
         """The message row (with its token count), its int8 vector and its full-text row."""
         self.con.execute(
             "INSERT INTO messages(speaker, text, at, session, source_id, content_hash, created_at, tokens) "
             "VALUES(?,?,?,?,?,?,?,?)",
-            (speaker, text, at, session, source_id, content_hash, created_at, count_tokens(text)))
+            (speaker, text, at, session, source_id, content_hash, created_at,
+             count_tokens(text) if tokens is None else tokens))
         mid = self.con.last_insert_rowid()
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
