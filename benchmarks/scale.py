@@ -230,8 +230,9 @@ def main() -> None:
           "| context/scan | search/scan | file MB (B/msg) | cache MB | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
-        print(f"| {r['messages']} | {r['text']} | {r['ingest_ms_per_message']} | {r['query_ms_p50']}/{r['query_ms_p95']} "
-              f"| {r['search_ms_p50']}/{r['search_ms_p95']} | {r['numpy_bruteforce_ms_p50']} | "
+        print(f"| {r['messages']} | {r['text']} | {r['ingest_ms_per_message']} | "
+              f"{r['query_ms_p50']}/{r['query_ms_p95']} | {r['search_ms_p50']}/{r['search_ms_p95']} | "
+              f"{r['numpy_bruteforce_ms_p50']} | "
               f"{r['context_over_scan']} | {r['search_over_scan']} | {r['file_bytes'] / 1e6:.1f} "
               f"({r['bytes_per_message']}) | {r['vector_cache_mb']} | {r['peak_rss_mb']} |")
     for r in runs:
