@@ -22,6 +22,7 @@ source of truth; the cache is a view of it that is checked before every query.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -107,15 +108,18 @@ class VectorCache:
         dv = self._data_version()
         if self._loaded and dv == self._dv:
             return
+        present: set[int] = set()
         if not self._loaded or epoch != self._epoch:
             self._reset()
-            rows = self.con.execute("SELECT rowid, embedding FROM message_vec").fetchall()
+            cur = self.con.execute("SELECT rowid, embedding FROM message_vec")
         else:
-            rows = self.con.execute("SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid=m.id "
-                                    "WHERE m.id > ?", (self._hw,)).fetchall()
+            cur = self.con.execute("SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid=m.id "
+                                   "WHERE m.id > ?", (self._hw,))
             present = set(self._ids[:self._n][self._ids[:self._n] > self._hw].tolist())
-            rows = [r for r in rows if r[0] not in present]
-        if rows:
+        while batch := list(itertools.islice(cur, 4096)):  # in batches: no large transient copy
+            rows = [r for r in batch if r[0] not in present]
+            if not rows:
+                continue
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), self.dim)
             self._append(ids, codes)
