@@ -24,6 +24,7 @@ thread unless the environment says otherwise), so peak RSS is that size's.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -53,7 +54,15 @@ class TableEmbedder:
         self.V, self.index = V, index
 
     def embed(self, texts, *, kind):
-        return self.V[[self.index[t] for t in texts]]
+        out = np.empty((len(texts), DIM), dtype=np.float32)
+        for i, t in enumerate(texts):
+            j = self.index.get(t)
+            if j is None:  # a CoreFact statement (real text): a seeded random unit vector
+                rng = np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
+                out[i] = _unit(rng.standard_normal(DIM))
+            else:
+                out[i] = self.V[j]
+        return out
 
 
 def _unit(v):
