@@ -205,3 +205,43 @@ def test_two_processes_cache_never_stale(tmp_path):
         db.close()
         proc.join(120)
     assert proc.exitcode == 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40))
+def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, steps):
+    """Segment vectors are rewritten in place as segments grow: the cache of the writing
+    connection applies its commits, another connection's cache reloads; both rank like vec0."""
+    from collections import Counter
+
+    from memsif_lite.db import Unit
+
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "m.db"
+        a, b = _database(path, 16), _database(path, 16)
+        try:
+            live: list[int] = []
+            for _ in range(steps):
+                q = _unit(rng, 1, 16)[0]
+                for db in (a, b):  # load (or check) both caches before the next write
+                    db.structure.dense("segment", q, 5)
+                with a.write():
+                    op = rng.random()
+                    if op < 0.4 or not live:
+                        live.append(a.structure.create_segment(_unit(rng, 1, 16)[0], [], "2024-01-01T00:00:00"))
+                    elif op < 0.85:
+                        uid = live[int(rng.integers(len(live)))]
+                        a.structure.save("segment", Unit(uid, 2, rng.standard_normal(16), Counter(), "a", "b"))
+                    else:
+                        a.structure.delete_unit("segment", live.pop(int(rng.integers(len(live)))))
+                for db in (a, b):
+                    got = db.structure.caches["segment"]
+                    ranked = db.structure.dense("segment", q, 50)
+                    exact = [u for u, _ in db.structure.knn("segment_vec", q, 50)]
+                    assert sorted(ranked) == sorted(exact) == sorted(live)
+                    assert got.size == len(live)
+                    assert [x[1] for x in got.search(q, 50)] == [x[1] for x in db.structure.knn("segment_vec", q, 50)]
+        finally:
+            a.close()
+            b.close()

@@ -37,11 +37,14 @@ class Database:
         self.con = con
         dim = int(store.read_meta(con).get("embedding_dim", "0"))
         self.vectors = VectorCache(con, dim)
+        self.unit_vectors = {"segment": VectorCache(con, dim, "segment_vec"),
+                             "trajectory": VectorCache(con, dim, "trajectory_vec")}
+        self.caches = [self.vectors, *self.unit_vectors.values()]
         self.messages = Messages(con, self.vectors)
-        self.structure = Structure(con)
+        self.structure = Structure(con, self.unit_vectors)
         self.facts = CoreFacts(con)
         self.clusters = Clusters(con)
-        self.admin = Admin(con, self.vectors)
+        self.admin = Admin(con, self.caches)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
@@ -49,13 +52,16 @@ class Database:
         cache applies what it staged when the transaction commits, and drops it otherwise."""
         try:
             with store.write(self.con) as con:
-                self.vectors.begin()
+                for c in self.caches:
+                    c.begin()
                 yield con
         except BaseException:
-            self.vectors.rollback()
+            for c in self.caches:
+                c.rollback()
             raise
         with store.map_errors():
-            self.vectors.commit()
+            for c in self.caches:
+                c.commit()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:

@@ -16,9 +16,9 @@ __all__ = ["Admin"]
 
 
 class Admin(Table):
-    def __init__(self, con, cache: VectorCache):
+    def __init__(self, con, caches: list[VectorCache]):
         super().__init__(con)
-        self.cache = cache
+        self.caches = caches
 
     def meta(self) -> dict[str, str]:
         return store.read_meta(self.con)
@@ -81,7 +81,8 @@ class Admin(Table):
         except UnicodeDecodeError:
             raise InvalidInputError(f"{path} is not a memsif export (not UTF-8 text)") from None
         finally:
-            self.cache.invalidate()
+            for c in self.caches:
+                c.invalidate()
         return counts
 
     def check(self) -> list[str]:

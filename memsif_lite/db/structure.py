@@ -8,8 +8,10 @@ from typing import Iterable
 
 import numpy as np
 
+from ..int8 import quantize
 from .base import Table
-from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, i8, sum_bytes
+from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
+from .vector_cache import VectorCache
 
 __all__ = ["Structure", "UNIT_TABLES"]
 
@@ -22,6 +24,19 @@ _MEMBERS = {
 
 
 class Structure(Table):
+    def __init__(self, con, caches: dict[str, VectorCache]):
+        super().__init__(con)
+        self.caches = caches  # level -> in-process copy of its vec0 table
+
+    def _put_vector(self, level: str, uid: int, vec: np.ndarray, *, new: bool) -> None:
+        code = quantize(vec)
+        vt = UNIT_TABLES[level][1]
+        if new:
+            self.con.execute(f"INSERT INTO {vt}(rowid, embedding) VALUES(?, vec_int8(?))", (uid, code.tobytes()))
+        else:
+            self.set_vector(vt, uid, code.tobytes())
+        self.caches[level].stage_set(uid, code)
+
     # -- units ---------------------------------------------------------------------------------
     def load(self, level: str, uid: int) -> Unit:
         table = UNIT_TABLES[level][0]
@@ -39,14 +54,26 @@ class Structure(Table):
             args.append(n_segments)
         self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=?{extra} "
                          "WHERE id=?", (*args, u.id))
-        self.set_vector(vt, u.id, i8(u.mean))
+        self._put_vector(level, u.id, u.mean, new=False)
 
     def delete_unit(self, level: str, uid: int) -> None:
         table, vt = UNIT_TABLES[level]
         self.con.execute(f"DELETE FROM {vt} WHERE rowid=?", (uid,))
         self.con.execute(f"DELETE FROM {table} WHERE id=?", (uid,))
+        self.caches[level].stage_delete(uid)
 
     def dense(self, level: str, qvec: np.ndarray, depth: int) -> list[int]:
+        """Nearest segments or trajectories: from the in-process cache (checked against the file
+        first), else vec0 — same ranking."""
+        cache = self.caches[level]
+        if cache.usable():
+            if self.con.get_autocommit():
+                with self.con:
+                    cache.sync()
+            else:
+                cache.sync()
+            if cache.usable():
+                return [u for u, _ in cache.search(qvec, depth)]
         return [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth)]
 
     # -- segments ------------------------------------------------------------------------------
@@ -60,7 +87,7 @@ class Structure(Table):
             "INSERT INTO segments(n_messages, vec_sum, entities, start_at, end_at, closed) VALUES(1,?,?,?,?,0)",
             (sum_bytes(u.vec_sum), entity_json(u.entities), at, at))
         sid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO segment_vec(rowid, embedding) VALUES(?, vec_int8(?))", (sid, i8(u.mean)))
+        self._put_vector("segment", sid, u.mean, new=True)
         return sid
 
     def close_segment(self, sid: int) -> None:
@@ -98,7 +125,7 @@ class Structure(Table):
             "INSERT INTO trajectories(n_segments, n_messages, vec_sum, entities, start_at, end_at) VALUES(1,?,?,?,?,?)",
             (seg.n, sum_bytes(seg.vec_sum), entity_json(Counter(seg.entities)), seg.start_at, seg.end_at))
         tid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO trajectory_vec(rowid, embedding) VALUES(?, vec_int8(?))", (tid, i8(seg.mean)))
+        self._put_vector("trajectory", tid, seg.mean, new=True)
         return tid
 
     def segment_count(self, tid: int) -> int:

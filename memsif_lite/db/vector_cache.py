@@ -15,7 +15,7 @@ source of truth; the cache is a view of it that is checked before every query.
 * **Ranking** is sqlite-vec's, bit for bit: int8 codes, the query quantised the same way, exact
   integer dot products, cosine distance in double rounded to float32 (``int8.cosine_distances``),
   ties by id.
-* **Memory**: ``dim + 16`` bytes per message (int8 codes, id, squared norm) — 40 MB for 100,000
+* **Memory**: ``dim + 16`` bytes per vector (int8 codes, id, squared norm) — 40 MB for 100,000
   messages of dimension 384 — plus one block of ``BLOCK × dim`` float32 scratch (1.5 MB) for the
   blockwise dequantisation. Above ``MAX_BYTES`` the cache turns itself off and vec0 serves.
 """
@@ -38,8 +38,14 @@ MAX_BYTES = 1 << 30
 
 
 class VectorCache:
-    def __init__(self, con: Any, dim: int):
-        self.con, self.dim = con, dim
+    """One vec0 table in memory. ``table="message_vec"`` (rows are only appended or deleted, and
+    deletions bump ``vector_epoch``) syncs incrementally; a unit table (``segment_vec``,
+    ``trajectory_vec``: rows rewritten in place as segments grow) reloads whenever another
+    process has committed."""
+
+    def __init__(self, con: Any, dim: int, table: str = "message_vec"):
+        self.con, self.dim, self.table = con, dim, table
+        self.append_only = table == "message_vec"
         self._codes = np.empty((0, dim), dtype=np.int8)
         self._ids = np.empty(0, dtype=np.int64)
         self._sq = np.empty(0, dtype=np.float64)
@@ -59,6 +65,10 @@ class VectorCache:
 
     def stage_delete(self, mid: int) -> None:
         self._staged.append(("delete", mid, None))
+
+    def stage_set(self, rid: int, code: np.ndarray) -> None:
+        """A row rewritten (or added: a unit cache does not track a high-water id)."""
+        self._staged.append(("set", rid, code))
 
     @property
     def has_staged(self) -> bool:
@@ -83,15 +93,22 @@ class VectorCache:
         if not self._loaded or not staged:
             return
         others = self._others
+        if others and not self.append_only:
+            self._reset()  # someone else rewrote rows too: reload at the next query
+            return
         for op, mid, code in staged:
+            at = np.flatnonzero(self._ids[:self._n] == mid)
             if op == "delete":
-                keep = self._ids[:self._n] != mid
-                n = int(keep.sum())
-                self._codes[:n] = self._codes[:self._n][keep]
-                self._ids[:n] = self._ids[:self._n][keep]
-                self._sq[:n] = self._sq[:self._n][keep]
-                self._n = n
-                self._epoch = str(int(self._epoch) + 1)
+                for i in at[::-1]:  # swap with the last row (order does not matter: ranking sorts)
+                    last = self._n - 1
+                    self._codes[i], self._ids[i], self._sq[i] = self._codes[last], self._ids[last], self._sq[last]
+                    self._n = last
+                if self.append_only:
+                    self._epoch = str(int(self._epoch) + 1)
+            elif op == "set" and len(at):
+                assert code is not None
+                self._codes[at[0]] = code
+                self._sq[at[0]] = float(np.dot(code.astype(np.int32), code.astype(np.int32)))
             else:
                 assert code is not None
                 self._append(np.array([mid], dtype=np.int64), code[None, :])
@@ -109,9 +126,9 @@ class VectorCache:
         if self._loaded and dv == self._dv:
             return
         present: set[int] = set()
-        if not self._loaded or epoch != self._epoch:
+        if not self._loaded or epoch != self._epoch or not self.append_only:
             self._reset()
-            cur = self.con.execute("SELECT rowid, embedding FROM message_vec")
+            cur = self.con.execute(f"SELECT rowid, embedding FROM {self.table}")
         else:
             cur = self.con.execute("SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid=m.id "
                                    "WHERE m.id > ?", (self._hw,))
