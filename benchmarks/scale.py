@@ -173,7 +173,7 @@ def run_size(n: int, workdir: Path, real: str | None = None) -> dict:
             mem.search(q, k=10)
             search_ms.append((time.perf_counter() - t) * 1000)
         stats = mem.stats()
-        cache_bytes = mem._db.vectors.nbytes  # benchmark-only peek at the cache's size
+        cache_bytes = sum(c.nbytes for c in mem._db.caches)  # benchmark-only peek: all vector caches
     # closing the last connection checkpointed the WAL: the file's size is the data's
     M = V[:len(V) - len(queries)]
     if real:  # the replicated rows, as the file holds them
