@@ -7,7 +7,9 @@ Opening a file happens in two steps (see ../README.md "Guarantees"):
    migrations create (so no foreign table, trigger or view rides along).
 2. *Connect* for real: defensive mode, untrusted schema, triggers and views disabled, sqlite-vec
    loaded and extension loading switched off again, WAL, ``synchronous`` (FULL by default),
-   ``busy_timeout``, foreign keys; then apply pending migrations, each in one transaction.
+   ``busy_timeout``, foreign keys; then apply pending migrations, each in one transaction: its
+   ``sql/NNNN_name.sql``, then its Python data step if :data:`DATA_STEPS` has one (schema 5:
+   per-vector int8 scales and float64 → float32 sums cannot be computed in SQL).
 """
 
 from __future__ import annotations
