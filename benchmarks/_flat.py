@@ -15,6 +15,7 @@ import apsw
 import numpy as np
 import sqlite_vec
 
+from memsif_lite.int8 import quantize
 from memsif_lite.retrieval import SPEAKER_WEIGHT, fts_query, rrf
 
 SCHEMA = Path(__file__).resolve().parent.parent / "sql" / "0001_messages.sql"
@@ -30,6 +31,9 @@ class FlatStore:
         if create:  # else: read the message tables of an existing (memsif) file
             self.con.execute("PRAGMA journal_mode=WAL")
             self.con.execute(SCHEMA.read_text(encoding="utf-8").replace("{dim}", str(dim)))
+        # a memsif file (schema 5+) stores int8 codes; the flat store's own tables are float32
+        ddl = self.con.execute("SELECT sql FROM sqlite_schema WHERE name='message_vec'").fetchone()[0]
+        self.int8 = "int8[" in ddl
 
     def add(self, turns: list[dict], vecs: np.ndarray, at: list[str]) -> list[int]:
         ids = []
@@ -56,6 +60,10 @@ class FlatStore:
         return [r[0] for r in self.con.execute("SELECT id FROM messages ORDER BY at DESC, id DESC")]
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
+        if self.int8:
+            return [r[0] for r in self.con.execute(
+                "SELECT rowid FROM message_vec WHERE embedding MATCH vec_int8(?) AND k = ? ORDER BY distance",
+                (quantize(qvec).tobytes(), depth))]
         return [r[0] for r in self.con.execute(
             "SELECT rowid FROM message_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance",
             (np.asarray(qvec, dtype=np.float32).tobytes(), depth))]

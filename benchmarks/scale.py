@@ -1,7 +1,9 @@
 """How cost grows with the number of messages: ingest time per message, query latency, file
-size and peak RSS, next to a numpy brute-force cosine scan over the same vectors.
+size (bytes per message, per table), the vector cache's memory and peak RSS, next to a numpy
+float32 scan over the same vectors in the same process.
 
     python benchmarks/scale.py --messages 1000,10000,100000 --out scale.json
+    python benchmarks/scale.py --messages 100000 --real ../shared/data/locomo --out scale_real.json
 
 Synthetic conversations (so the embedder does not dominate): a seeded generator makes topics,
 each with a random unit "centre" vector and five topic words; a conversation is a run of
@@ -10,19 +12,27 @@ normalise(0.8·centre + 0.6·noise) (same-topic cosine ≈ 0.64, unrelated ≈ 0
 speakers' names plus topic words and filler words, so BM25, key entities, segments and
 trajectories all have something real to work on (Config sem_low=0, sem_high=0.64 matches the
 generator). Vectors come from a lookup table keyed by the text, through the normal Embedder
-protocol. ``query_ms_*`` time ``Memory.context()`` (facts, structure-aware hybrid retrieval and
-a 1,000-token context); ``search_ms_*`` time ``Memory.search(k=10)``; the numpy reference is
-``V @ q`` plus a top-10 partial sort over all vectors in memory.
+protocol. ``--real DIR`` instead replicates the LoCoMo turns of DIR (real text, vectors from the
+bundled model, embedded once) to the requested size, and asks the LoCoMo questions (their
+vectors from the bundled model, precomputed, so no timing includes embedding). ``query_ms_*``
+time ``Memory.context()`` (facts, structure-aware hybrid retrieval and a 1,000-token context);
+``search_ms_*`` time ``Memory.search(k=10)``; the numpy reference is ``V @ q`` plus a top-10
+partial sort over all float32 vectors in memory. Each size runs in its own process (one BLAS
+thread unless the environment says otherwise), so peak RSS is that size's.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -36,32 +46,35 @@ FILLER = ("really maybe today later weekend project morning evening friends fami
 
 
 class TableEmbedder:
+    """Vectors by text from one matrix (``index`` maps a passage or a question to its row)."""
+
     model_id, dim, metric, sem_levels = "synthetic-384", DIM, "cosine", (0.0, 0.64)
 
-    def __init__(self, table: dict[str, np.ndarray], rng: np.random.Generator):
-        self.table, self.rng = table, rng
+    def __init__(self, V: np.ndarray, index: dict[str, int]):
+        self.V, self.index = V, index
 
     def embed(self, texts, *, kind):
         out = np.empty((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
-            v = self.table.get(t)
-            if v is None:  # queries: a fresh vector near a topic named in the text
-                v = self.table.get(t.split("|", 1)[0], None)
-                v = v if v is not None else _unit(self.rng.standard_normal(DIM))
-            out[i] = v
+            j = self.index.get(t)
+            if j is None:  # a CoreFact statement (real text): a seeded random unit vector
+                rng = np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
+                out[i] = _unit(rng.standard_normal(DIM))
+            else:
+                out[i] = self.V[j]
         return out
 
 
 def _unit(v):
-    return (v / np.linalg.norm(v)).astype(np.float32)
+    return (v / np.linalg.norm(v, axis=-1, keepdims=True)).astype(np.float32)
 
 
 def generate(n: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     n_topics = max(8, n // 60)
-    centres = [_unit(rng.standard_normal(DIM)) for _ in range(n_topics)]
+    centres = _unit(rng.standard_normal((n_topics, DIM)))
     words = [[f"t{k}w{j}" for j in range(5)] for k in range(n_topics)]
-    msgs, table, topic_of = [], {}, []
+    msgs, topic_of = [], []
     t0 = 1_700_000_000
     while len(msgs) < n:
         k = int(rng.integers(n_topics))
@@ -71,33 +84,87 @@ def generate(n: int, seed: int = 0):
             i = len(msgs)
             speaker = "Ana" if i % 2 else "Ben"
             text = " ".join(list(rng.choice(words[k], 3)) + list(rng.choice(FILLER, 5))) + f" #{i}"
-            v = _unit(0.8 * centres[k] + 0.6 * _unit(rng.standard_normal(DIM)))
-            table[f"{speaker}: {text}"] = v
             at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0 + 60 * i))
             msgs.append({"speaker": speaker, "text": text, "at": at})
             topic_of.append(k)
+    V = np.empty((n + 50, DIM), dtype=np.float32)
+    for s in range(0, n, 10_000):  # in blocks: no n × dim float64 temporaries
+        e = min(s + 10_000, n)
+        V[s:e] = _unit(0.8 * centres[topic_of[s:e]] + 0.6 * _unit(rng.standard_normal((e - s, DIM))))
+    index = {f"{m['speaker']}: {m['text']}": i for i, m in enumerate(msgs)}
     queries = []
-    for _ in range(50):
+    for j in range(50):
         k = int(rng.integers(n_topics))
         q = f"what about {words[k][0]} and {words[k][1]}"
-        table[q] = _unit(0.8 * centres[k] + 0.6 * _unit(rng.standard_normal(DIM)))
+        V[n + j] = _unit(0.8 * centres[k] + 0.6 * _unit(rng.standard_normal(DIM)))
+        index[q] = n + j
         queries.append(q)
-    return msgs, table, queries, rng
+    return msgs, V, index, queries
 
 
-def run_size(n: int, workdir: Path) -> dict:
+def generate_real(n: int, data: str):
+    """LoCoMo turns replicated to ``n`` messages (each copy 400 days later), bundled-model vectors."""
+    from _common import conversation_files
+    from locomo import CATEGORIES
+
+    from memsif_lite.embed import OnnxEmbedder
+    from memsif_lite.importers import locomo_turns
+    from memsif_lite.timeutil import to_stored
+
+    turns, questions = [], []
+    for _, sample in conversation_files(data):
+        turns += list(locomo_turns(sample["conversation"]))
+        questions += [str(q["question"]) for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
+    questions = questions[::max(1, len(questions) // 50)][:50]
+    emb = OnnxEmbedder()
+    passages = list(dict.fromkeys(f"{t['speaker']}: {t['text']}" for t in turns))
+    V = np.concatenate([emb.embed(passages, kind="passage"), emb.embed(questions, kind="query")])
+    index = {p: i for i, p in enumerate(passages)} | {q: len(passages) + i for i, q in enumerate(questions)}
+    msgs = []
+    for i in range(n):
+        t = turns[i % len(turns)]
+        rep = i // len(turns)
+        msgs.append({"speaker": t["speaker"], "text": t["text"], "session": f"{rep}-{t['session']}",
+                     "at": to_stored(t["at"] + timedelta(days=400 * rep))})
+    TableEmbedder.sem_levels = emb.sem_levels
+    TableEmbedder.model_id = "locomo-e5-table"
+    return msgs, V, index, questions
+
+
+def _table_bytes(path: Path, n: int) -> dict[str, float]:
+    """Bytes per message of each table with its indexes and shadow tables (``dbstat``)."""
+    import apsw
+
+    con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    rows = con.execute("SELECT s.name, m.tbl_name, sum(s.pgsize) FROM dbstat s "
+                       "LEFT JOIN sqlite_schema m ON m.name = s.name GROUP BY s.name").fetchall()
+    con.close()
+    out: dict[str, float] = {}
+    for name, tbl, size in rows:
+        owner = tbl or name
+        for vt in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec", "message_fts"):
+            if owner.startswith(vt + "_"):
+                owner = vt
+        out[owner] = out.get(owner, 0.0) + size / n
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 1}
+
+
+def run_size(n: int, workdir: Path, real: str | None = None) -> dict:
     from memsif_lite import Config, Memory
 
-    msgs, table, queries, rng = generate(n)
-    emb = TableEmbedder(table, rng)
+    msgs, V, index, queries = generate_real(n, real) if real else generate(n)
+    emb = TableEmbedder(V, index)
     path = workdir / f"scale-{n}.db"
-    cfg = Config(sem_low=0.0, sem_high=0.64)
+    cfg = Config(sem_low=0.0, sem_high=0.64) if not real else Config()
     t0 = time.perf_counter()
     with Memory(path, embedder=emb, config=cfg) as mem:
         for start in range(0, n, 1000):
             mem.add_many(msgs[start:start + 1000])
         ingest_s = time.perf_counter() - t0
+        del msgs
         ctx_ms, search_ms = [], []
+        mem.search(queries[0], k=10)  # the first query loads the vector cache: timed separately
+        load_ms = (time.perf_counter() - t0 - ingest_s) * 1000
         for q in queries:
             t = time.perf_counter()
             mem.context(q, budget_tokens=1000)
@@ -106,25 +173,37 @@ def run_size(n: int, workdir: Path) -> dict:
             mem.search(q, k=10)
             search_ms.append((time.perf_counter() - t) * 1000)
         stats = mem.stats()
+        cache_bytes = sum(c.nbytes for c in mem._db.caches)  # benchmark-only peek: all vector caches
     # closing the last connection checkpointed the WAL: the file's size is the data's
-    V = np.stack([table[f"{m['speaker']}: {m['text']}"] for m in msgs])
+    M = V[:len(V) - len(queries)]
+    if real:  # the replicated rows, as the file holds them
+        M = V[[i % (len(V) - len(queries)) for i in range(n)]]
     brute = []
     for q in queries:
-        qv = table[q]
+        qv = V[index[q]]
         t = time.perf_counter()
-        s = V @ qv
+        s = M @ qv
         top = np.argpartition(-s, 10)[:10]
         top[np.argsort(-s[top])]
         brute.append((time.perf_counter() - t) * 1000)
+    size = path.stat().st_size
+    scan = float(np.percentile(brute, 50))
     return {
         "messages": n,
+        "text": "locomo" if real else "synthetic",
         "ingest_ms_per_message": round(ingest_s * 1000 / n, 3),
         "query_ms_p50": round(float(np.percentile(ctx_ms, 50)), 2),
         "query_ms_p95": round(float(np.percentile(ctx_ms, 95)), 2),
         "search_ms_p50": round(float(np.percentile(search_ms, 50)), 2),
         "search_ms_p95": round(float(np.percentile(search_ms, 95)), 2),
-        "numpy_bruteforce_ms_p50": round(float(np.percentile(brute, 50)), 3),
-        "file_bytes": path.stat().st_size,
+        "numpy_bruteforce_ms_p50": round(scan, 3),
+        "context_over_scan": round(float(np.percentile(ctx_ms, 50)) / scan, 2),
+        "search_over_scan": round(float(np.percentile(search_ms, 50)) / scan, 2),
+        "first_search_ms": round(load_ms, 1),
+        "vector_cache_mb": round(cache_bytes / 1e6, 1),
+        "file_bytes": size,
+        "bytes_per_message": round(size / n),
+        "bytes_per_message_by_table": _table_bytes(path, n),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "segments": stats["segments"],
         "trajectories": stats["trajectories"],
@@ -134,23 +213,39 @@ def run_size(n: int, workdir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", default="1000,10000,100000")
+    ap.add_argument("--real", default=None, help="a LoCoMo folder: replicate its turns instead of synthetic text")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child run: one size, JSON out
     args = ap.parse_args()
+    if args.one:
+        with tempfile.TemporaryDirectory() as d:
+            print(json.dumps(run_size(int(args.messages), Path(d), args.real)), flush=True)
+        return
     runs = []
-    with tempfile.TemporaryDirectory() as d:
-        for n in (int(x) for x in args.messages.split(",")):
-            r = run_size(n, Path(d))
-            runs.append(r)
-            print(json.dumps(r), flush=True)
+    for n in (int(x) for x in args.messages.split(",")):
+        cmd = [sys.executable, __file__, "--one", "--messages", str(n), "--out", "-"]
+        if args.real:
+            cmd += ["--real", args.real]
+        # one BLAS thread for the cache and the numpy reference alike: on a shared 2-core machine a
+        # multithreaded BLAS swings the reference scan's timing by an order of magnitude
+        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        runs.append(r)
+        print(json.dumps(r), flush=True)
     Path(args.out).write_text(json.dumps({"runs": runs, "machine": machine(),
                                           "date": time.strftime("%Y-%m-%d")}, indent=2))
-    print("| messages | ingest ms/msg | context ms p50/p95 | search ms p50/p95 | numpy scan ms p50 | file MB "
-          "| peak RSS MB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| messages | text | ingest ms/msg | context ms p50/p95 | search ms p50/p95 | numpy scan ms p50 "
+          "| context/scan | search/scan | file MB (B/msg) | cache MB | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
-        print(f"| {r['messages']} | {r['ingest_ms_per_message']} | {r['query_ms_p50']}/{r['query_ms_p95']} | "
-              f"{r['search_ms_p50']}/{r['search_ms_p95']} | {r['numpy_bruteforce_ms_p50']} | "
-              f"{r['file_bytes'] / 1e6:.1f} | {r['peak_rss_mb']} |")
+        print(f"| {r['messages']} | {r['text']} | {r['ingest_ms_per_message']} | "
+              f"{r['query_ms_p50']}/{r['query_ms_p95']} | {r['search_ms_p50']}/{r['search_ms_p95']} | "
+              f"{r['numpy_bruteforce_ms_p50']} | "
+              f"{r['context_over_scan']} | {r['search_over_scan']} | {r['file_bytes'] / 1e6:.1f} "
+              f"({r['bytes_per_message']}) | {r['vector_cache_mb']} | {r['peak_rss_mb']} |")
+    for r in runs:
+        print(f"bytes/message by table at {r['messages']} ({r['text']}): {r['bytes_per_message_by_table']}")
 
 
 if __name__ == "__main__":

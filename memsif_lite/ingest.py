@@ -19,6 +19,8 @@ from .embed import Embeddings
 from .entities import extract_entities
 from .errors import InvalidInputError, InvalidMessageError
 from .timeutil import now_stored, to_stored, utc_offset_min
+from .tokens import count_tokens_many
+from .int8 import dequantize, quantize
 from .worker import Worker
 
 __all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION"]
@@ -125,20 +127,21 @@ class IngestPipeline:
         hashes = [hashlib.sha256(p.encode("utf-8")).digest() for p in passages]
         with self.db.read():
             vecs = self.embeddings.passages_cached(passages, hashes)
+        tokens = count_tokens_many([r.text for r in rows])  # counted once, here, not per query
         created = now_stored()
         ids: list[int] = []
         skipped = 0
         with self.db.write():
-            for r, h, v in zip(rows, hashes, vecs, strict=True):
+            for r, h, v, n in zip(rows, hashes, vecs, tokens, strict=True):
                 if skip_existing and self.db.filters.already_present(r.speaker, r.text, r.at, r.source_id):
                     skipped += 1
                     continue
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
                                               source_id=r.source_id, content_hash=h, created_at=created, vector=v,
-                                              utc_offset_min=r.utc_offset_min)
+                                              utc_offset_min=r.utc_offset_min, tokens=n)
                 self.db.queue.push(PLACE, mid, created)
-                if process:
-                    self.worker.hint(mid, v, extract_entities(r.text))
+                if process:  # the stored (int8) direction, exactly what a later step reads back
+                    self.worker.hint(mid, dequantize(quantize(v)), extract_entities(r.text))
                 ids.append(mid)
             if process:
                 self.worker.run(progress=progress)

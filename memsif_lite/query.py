@@ -72,6 +72,8 @@ class EvidenceItem:
     notes: tuple[str, ...] = ()
     #: UTC offset of the (last) source message's time as its caller gave it; None: unknown (UTC)
     utc_offset_min: int | None = None
+    #: tokens of ``stmt`` when known (counted at ingest), so the budget needs no tokenizer call
+    stmt_tokens: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def local_at(self) -> datetime:
@@ -120,9 +122,10 @@ def _query_words(question: str) -> set[str]:
     return {w.strip('"') for w in q.split(" OR ")}
 
 
-def _trim(text: str, qwords: set[str], max_tokens: int = MAX_EVIDENCE_TOKENS) -> str:
-    """The message, or its most relevant sentences (in order) when it is long."""
-    if count_tokens(text) <= max_tokens:
+def _trim(text: str, qwords: set[str], max_tokens: int = MAX_EVIDENCE_TOKENS, tokens: int | None = None) -> str:
+    """The message, or its most relevant sentences (in order) when it is long (``tokens``: its
+    count from ingest, when known)."""
+    if (tokens if tokens is not None else count_tokens(text)) <= max_tokens:
         return text
     sents = [s for s in _SENT.split(text) if s.strip()]
     ranked = sorted(range(len(sents)), key=lambda i: (-_overlap(sents[i], qwords), i))
@@ -154,6 +157,14 @@ def _evidence_line(e: EvidenceItem) -> str:
     return f"- [{e.local_at:%Y-%m-%d}] {e.speaker}: {e.stmt}{notes}"
 
 
+def _evidence_tokens(e: EvidenceItem) -> int:
+    """Tokens of the evidence line: prefix + statement (the tokenizer splits them at the space
+    exactly so: checked on 400 LoCoMo lines), or the whole line when the count is not known."""
+    if e.stmt_tokens is None or e.notes:
+        return count_tokens(_evidence_line(e))
+    return count_tokens(f"- [{e.at:%Y-%m-%d}] {e.speaker}:") + e.stmt_tokens
+
+
 def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[EvidenceItem],
               budget: int) -> tuple[str, list[FactItem], list[EvidenceItem]]:
     """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
@@ -169,7 +180,7 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[Evide
         used += c
     shown_e: list[EvidenceItem] = []
     for e in evidence:
-        c = count_tokens(_evidence_line(e)) + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
+        c = _evidence_tokens(e) + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
         if used + c > budget:
             if budget - used < 12:
                 break
@@ -212,9 +223,10 @@ def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords
     for mid in ranked[:limit]:
         r = rows[mid]
         at = from_stored(r.at)
-        stmt = _trim(r.text, qwords)  # relative dates resolve on the speaker's local date
+        stmt = _trim(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
         out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
-                                tuple(relative_notes(stmt, local_time(at, r.utc_offset_min))), r.utc_offset_min))
+                                tuple(relative_notes(stmt, local_time(at, r.utc_offset_min))), r.utc_offset_min,
+                                r.tokens if stmt == r.text else None))
     return out
 
 

@@ -23,9 +23,11 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
 def fts_query(text: str) -> str | None:
-    """A safe FTS5 query: every word quoted, OR-ed; stop words dropped unless nothing else is left."""
+    """A safe FTS5 query: every word quoted, OR-ed; stop words and single letters (the ``s`` of a
+    possessive matches a large share of all messages and costs the most) dropped unless nothing
+    else is left."""
     words = [w.lower() for w in _TOKEN.findall(text)]
-    keep = [w for w in words if w not in STOP_WORDS] or words
+    keep = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())] or words
     keep = list(dict.fromkeys(keep))[:64]
     if not keep:
         return None

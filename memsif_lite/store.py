@@ -7,7 +7,9 @@ Opening a file happens in two steps (see ../README.md "Guarantees"):
    migrations create (so no foreign table, trigger or view rides along).
 2. *Connect* for real: defensive mode, untrusted schema, triggers and views disabled, sqlite-vec
    loaded and extension loading switched off again, WAL, ``synchronous`` (FULL by default),
-   ``busy_timeout``, foreign keys; then apply pending migrations, each in one transaction.
+   ``busy_timeout``, foreign keys; then apply pending migrations, each in one transaction: its
+   ``sql/NNNN_name.sql``, then its Python data step if :data:`DATA_STEPS` has one (schema 6:
+   per-vector int8 scales and float64 → float32 sums cannot be computed in SQL).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import apsw
+import numpy as np
 import sqlite_vec
 
 from .errors import (
@@ -36,6 +39,7 @@ from .errors import (
     StorageError,
     StorageFullError,
 )
+from .int8 import quantize
 
 __all__ = ["APPLICATION_ID", "FileInfo", "inspect", "connect", "write", "map_errors", "migrations", "expected_schema",
            "read_meta", "set_meta", "check_embedding"]
@@ -111,8 +115,8 @@ def expected_schema(version: int, dim: int) -> frozenset[tuple[str, str, str, st
     """The exact sqlite_schema rows our migrations 1..version create for dimension ``dim``."""
     con = apsw.Connection(":memory:")
     _load_vec(con)
-    for _, sql in migrations()[:version]:
-        _sql(con, _render(sql, dim))
+    for v, sql in migrations()[:version]:
+        _apply(con, v, sql, dim)
     rows = _sql(con, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
     con.close()
     return frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows)
@@ -124,6 +128,43 @@ def _norm_sql(sql: str) -> str:
 
 def _render(sql: str, dim: int) -> str:
     return sql.replace("{dim}", str(int(dim)))
+
+
+def _apply(con: apsw.Connection, version: int, sql: str, dim: int) -> None:
+    """One migration: its SQL, then its data step if it has one (same transaction)."""
+    _sql(con, _render(sql, dim))
+    step = DATA_STEPS.get(version)
+    if step is not None:
+        step(con, dim)
+
+
+def _int8_vectors(con: apsw.Connection, dim: int) -> None:
+    """Data step of migration 5 (SQL cannot compute per-vector scales or decode float64 sums):
+    quantise the stashed float32 vectors into the int8 tables, float64 running sums → float32,
+    count each message's tokens once, drop the stash."""
+    rows = _sql(con, "SELECT tbl, id, v FROM _v5_stash").fetchall()
+    for tbl, rid, blob in rows:
+        if tbl not in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec"):
+            raise MemoryFileError(f"unexpected vector table {tbl!r} during migration")
+        code = quantize(np.frombuffer(blob, dtype=np.float32)).tobytes()
+        _sql(con, f"INSERT INTO {tbl}(rowid, embedding) VALUES(?, vec_int8(?))", (rid, code))
+    for table in ("segments", "trajectories"):
+        for rid, blob in _sql(con, f"SELECT id, vec_sum FROM {table}").fetchall():
+            if len(blob) == 8 * dim:
+                _sql(con, f"UPDATE {table} SET vec_sum=? WHERE id=?",
+                     (np.frombuffer(blob, dtype=np.float64).astype(np.float32).tobytes(), rid))
+    texts = _sql(con, "SELECT id, text FROM messages WHERE tokens IS NULL").fetchall()
+    if texts:
+        from .tokens import count_tokens
+
+        for rid, text in texts:
+            _sql(con, "UPDATE messages SET tokens=? WHERE id=?", (count_tokens(text), rid))
+    _sql(con, "DROP TABLE _v5_stash")
+
+
+#: migrations whose data change needs Python after their SQL (run in the same transaction,
+#: also when the expected schema is built, so the schema check sees their DDL too)
+DATA_STEPS: dict[int, Any] = {6: _int8_vectors}
 
 
 def inspect(path: str | Path) -> FileInfo | None:
@@ -297,7 +338,7 @@ def _migrate(con: apsw.Connection, dim: int, initial_meta: dict[str, str]) -> No
             # re-read inside the write lock: another process may have migrated meanwhile
             if _sql(con, "PRAGMA user_version").fetchone()[0] >= version:
                 continue
-            _sql(con, _render(sql, dim))
+            _apply(con, version, sql, dim)
             if version == 1:
                 _sql(con, f"PRAGMA application_id={APPLICATION_ID}")
                 set_meta(con, **initial_meta)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["count_tokens"]
+__all__ = ["count_tokens", "count_tokens_many"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,3 +26,10 @@ def count_tokens(text: str) -> int:
     if not text:
         return 0
     return len(_tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+def count_tokens_many(texts: list[str]) -> list[int]:
+    """:func:`count_tokens` of each text, encoded as one batch (what ingest stores per message)."""
+    if not texts:
+        return []
+    return [len(e.ids) for e in _tokenizer().encode_batch(list(texts), add_special_tokens=False)]

@@ -304,7 +304,7 @@ def test_view_and_oversized_vec_declaration_refused_untouched(db):
     con = apsw.Connection(str(db))
     con.execute("DROP VIEW leak")
     con.execute("PRAGMA writable_schema=ON")
-    con.execute("UPDATE sqlite_schema SET sql=replace(sql, 'float[32]', 'float[4000000]') WHERE name='message_vec'")
+    con.execute("UPDATE sqlite_schema SET sql=replace(sql, 'int8[32]', 'int8[4000000]') WHERE name='message_vec'")
     con.close()
     with pytest.raises(MemoryFileError, match="message_vec"):
         Memory(db, embedder=FakeEmbedder())

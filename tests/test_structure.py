@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, raw
 from memsif_lite import Config, Memory
 from memsif_lite.entities import extract_entities, jaccard
+from memsif_lite.int8 import dequantize, quantize
 from memsif_lite.matching import normalised_cosine, phi
 
 VOCAB = ["Lisbon", "Porto", "guitar", "marathon", "Pixel", "beagle", "kitten", "ceramics", "pipeline",
@@ -75,19 +76,31 @@ def _check_stored_invariants(con, mem, cfg, embedder):
     traj_members = [sid for t in mem.trajectories() for sid in t.segment_ids]
     assert sorted(traj_members) == [s.id for s in segs if s.closed]
     # stored running sums and entity unions equal a recomputation from members
-    vec = {m.id: embedder.embed([f"{m.speaker}: {m.text}"], kind="passage")[0] for m in msgs}
+    # members count with their stored (int8) direction: what every later step reads back
+    vec = {m.id: dequantize(quantize(embedder.embed([f"{m.speaker}: {m.text}"], kind="passage")[0])) for m in msgs}
+    # a repeated text may reuse its stored int8 vector (the file is the embedding cache): such a
+    # member may differ from a fresh embedding by the quantisation step (< 5e-3 per component)
+    seen: set[str] = set()
+    repeated: set[int] = set()
+    for m in msgs:
+        if f"{m.speaker}: {m.text}" in seen:
+            repeated.add(m.id)
+        seen.add(f"{m.speaker}: {m.text}")
+
+    def tol(ids) -> float:
+        return 1e-5 + 5e-3 * len(repeated.intersection(ids))
     ents = {m.id: extract_entities(m.text) for m in msgs}
     for s in segs:
         row = con.execute("SELECT vec_sum, entities, n_messages FROM segments WHERE id=?", (s.id,)).fetchone()
-        np.testing.assert_allclose(np.frombuffer(row[0]), sum(vec[m].astype(np.float64) for m in s.message_ids),
-                                   atol=1e-5)
+        np.testing.assert_allclose(np.frombuffer(row[0], dtype=np.float32),  # float32 since schema 6
+                                   sum(vec[m].astype(np.float64) for m in s.message_ids), atol=tol(s.message_ids))
         assert Counter(json.loads(row[1])) == Counter(e for m in s.message_ids for e in ents[m])
         assert row[2] == len(s.message_ids)
     for t in mem.trajectories():
         row = con.execute("SELECT vec_sum, entities, n_messages, n_segments FROM trajectories WHERE id=?",
                           (t.id,)).fetchone()
-        np.testing.assert_allclose(np.frombuffer(row[0]), sum(vec[m].astype(np.float64) for m in t.message_ids),
-                                   atol=1e-5)
+        np.testing.assert_allclose(np.frombuffer(row[0], dtype=np.float32),
+                                   sum(vec[m].astype(np.float64) for m in t.message_ids), atol=tol(t.message_ids))
         assert set(json.loads(row[1])) == {e for m in t.message_ids for e in ents[m]}
         assert (row[2], row[3]) == (len(t.message_ids), len(t.segment_ids))
     # φ recomputed from the open segment as it was when each message arrived
@@ -102,7 +115,7 @@ def _check_stored_invariants(con, mem, cfg, embedder):
         expect = phi(vec[mid], ents[mid], sum(vec[m].astype(np.float64) for m in before) / len(before),
                      {e for m in before for e in ents[m]}, alpha=cfg.alpha_segment,
                      levels=(cfg.sem_low, cfg.sem_high))
-        assert score == pytest.approx(expect, abs=1e-5)
+        assert score == pytest.approx(expect, abs=tol([mid, *before]))
         continued = seg_of[mid] is prev
         assert continued == (decision in ("merge", "judge_merge"))
         if decision == "merge":

@@ -3,7 +3,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 
 :class:`Database` is what the pipelines receive: one connection, one attribute per table group
 
-* ``messages``  — messages, message_vec, message_fts
+* ``messages``  — messages, message_vec (through the in-process ``vectors`` cache), message_fts
 * ``structure`` — segments, trajectories, message_units and their vectors
 * ``facts``     — CoreFacts with sources, history and vectors
 * ``clusters``  — candidate clusters C_k and ActiveFacts
@@ -31,6 +31,7 @@ from .messages import Messages, to_message
 from .queue import Queue, Step
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
+from .vector_cache import VectorCache
 
 __all__ = ["Database", "Step", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message"]
 
@@ -38,17 +39,35 @@ __all__ = ["Database", "Step", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "
 class Database:
     def __init__(self, con: apsw.Connection):
         self.con = con
-        self.messages = Messages(con)
-        self.structure = Structure(con)
+        dim = int(store.read_meta(con).get("embedding_dim", "0"))
+        self.vectors = VectorCache(con, dim)
+        self.unit_vectors = {"segment": VectorCache(con, dim, "segment_vec"),
+                             "trajectory": VectorCache(con, dim, "trajectory_vec")}
+        self.caches = [self.vectors, *self.unit_vectors.values()]
+        self.messages = Messages(con, self.vectors)
+        self.structure = Structure(con, self.unit_vectors)
         self.facts = CoreFacts(con)
         self.clusters = Clusters(con)
-        self.admin = Admin(con)
+        self.admin = Admin(con, self.caches)
         self.queue = Queue(con)
         self.filters = Filtering(con)
 
-    def write(self) -> contextlib.AbstractContextManager[apsw.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`)."""
-        return store.write(self.con)
+    @contextlib.contextmanager
+    def write(self) -> Iterator[apsw.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction (see :func:`memsif_lite.store.write`); the vector
+        cache applies what it staged when the transaction commits, and drops it otherwise."""
+        try:
+            with store.write(self.con) as con:
+                for c in self.caches:
+                    c.begin()
+                yield con
+        except BaseException:
+            for c in self.caches:
+                c.rollback()
+            raise
+        with store.map_errors():
+            for c in self.caches:
+                c.commit()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:

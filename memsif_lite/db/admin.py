@@ -10,11 +10,16 @@ from .. import store
 from ..errors import InvalidInputError
 from .base import Table
 from .maintenance import backup, check_connection, export_rows, import_rows, read_export
+from .vector_cache import VectorCache
 
 __all__ = ["Admin"]
 
 
 class Admin(Table):
+    def __init__(self, con, caches: list[VectorCache]):
+        super().__init__(con)
+        self.caches = caches
+
     def meta(self) -> dict[str, str]:
         return store.read_meta(self.con)
 
@@ -75,9 +80,13 @@ class Admin(Table):
             raise InvalidInputError(f"cannot read {path}: {e.strerror or e}") from None
         try:
             with fh, store.write(self.con):
-                return import_rows(self.con, read_export(fh), model_id=model_id, dim=dim)
+                counts = import_rows(self.con, read_export(fh), model_id=model_id, dim=dim)
         except UnicodeDecodeError:
             raise InvalidInputError(f"{path} is not a memsif export (not UTF-8 text)") from None
+        finally:
+            for c in self.caches:
+                c.invalidate()
+        return counts
 
     def check(self) -> list[str]:
         return check_connection(self.con)

@@ -7,7 +7,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from .rows import f32
+from .rows import i8
 
 __all__ = ["Table", "VEC_TABLES"]
 
@@ -26,7 +26,8 @@ class Table:
     def knn(self, table: str, vec: np.ndarray, k: int,
             only: tuple[str, list[Any]] | None = None) -> list[tuple[int, float]]:
         """(rowid, cosine distance) of the ``k`` nearest vectors in a vec0 table, nearest first.
-        sqlite-vec refuses ``k`` above 4096 and an empty table needs no query. ``only`` is a
+        sqlite-vec refuses ``k`` above 4096 and an empty table needs no query. Vectors are int8
+        (the query is quantised the same way); ties are ordered by rowid. ``only`` is a
         ``(SELECT id ..., args)`` subquery: the KNN then runs over those rows only (vec0 applies
         ``rowid IN (...)`` inside the search)."""
         if table not in VEC_TABLES:
@@ -36,9 +37,18 @@ class Table:
             return []
         sub, args = only if only is not None else ("", [])
         where = f" AND rowid IN ({sub})" if only is not None else ""
-        return [(int(r), float(d)) for r, d in self.con.execute(
-            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ?{where} ORDER BY distance",
-            (f32(vec), k, *args))]
+        rows = self.con.execute(
+            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH vec_int8(?) AND k = ?{where} ORDER BY distance",
+            (i8(vec), k, *args)).fetchall()
+        return sorted(((int(r), float(d)) for r, d in rows), key=lambda x: (x[1], x[0]))
+
+    def set_vector(self, table: str, rowid: int, code: bytes) -> None:
+        """Replace a stored int8 vector (sqlite-vec 0.1.9 rejects ``UPDATE`` of an int8 column:
+        the subtype is lost, so it is a delete and an insert)."""
+        if table not in VEC_TABLES:
+            raise ValueError(f"not a vector table: {table}")
+        self.con.execute(f"DELETE FROM {table} WHERE rowid=?", (rowid,))
+        self.con.execute(f"INSERT INTO {table}(rowid, embedding) VALUES(?, vec_int8(?))", (rowid, code))
 
     def count(self, table: str) -> int:
         return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..types import ActiveFact, CandidateCluster
 from .base import Table
-from .rows import f32
+from .rows import f32, i8
 
 __all__ = ["Clusters"]
 
@@ -94,12 +94,12 @@ class Clusters(Table):
         self.con.execute("INSERT INTO active_facts(cluster_id, subject, stmt, created_at, updated_at) "
                          "VALUES(?,?,?,?,?)", (cid, subject, stmt, now, now))
         fid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO active_fact_vec(rowid, embedding) VALUES(?, ?)", (fid, f32(vec)))
+        self.con.execute("INSERT INTO active_fact_vec(rowid, embedding) VALUES(?, vec_int8(?))", (fid, i8(vec)))
         return fid
 
     def restate(self, fid: int, stmt: str, vec: np.ndarray, now: str) -> None:
         self.con.execute("UPDATE active_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, fid))
-        self.con.execute("UPDATE active_fact_vec SET embedding=? WHERE rowid=?", (f32(vec), fid))
+        self.set_vector("active_fact_vec", fid, i8(vec))
 
     def delete_active(self, fid: int) -> None:
         self.con.execute("DELETE FROM active_fact_vec WHERE rowid=?", (fid,))

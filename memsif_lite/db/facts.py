@@ -9,7 +9,7 @@ import numpy as np
 from ..timeutil import from_stored
 from ..types import CoreFact, FactEvent
 from .base import Table
-from .rows import FactRow, f32
+from .rows import FactRow, i8
 
 __all__ = ["CoreFacts"]
 
@@ -41,13 +41,13 @@ class CoreFacts(Table):
             "INSERT INTO core_facts(subject, type, stmt, slot, valid_from, created_at, updated_at, origin) "
             "VALUES(?,?,?,?,?,?,?,?)", (subject, ftype, stmt, slot, valid_from, now, now, origin))
         fid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, ?)", (fid, f32(vector)))
+        self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, vec_int8(?))", (fid, i8(vector)))
         self.add_sources(fid, message_ids)
         return fid
 
     def rewrite(self, fid: int, stmt: str, vector: np.ndarray, now: str) -> None:
         self.con.execute("UPDATE core_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, fid))
-        self.con.execute("UPDATE fact_vec SET embedding=? WHERE rowid=?", (f32(vector), fid))
+        self.set_vector("fact_vec", fid, i8(vector))
 
     def touch(self, fid: int, now: str) -> None:
         self.con.execute("UPDATE core_facts SET updated_at=? WHERE id=?", (now, fid))

@@ -16,7 +16,7 @@ from .rows import MessageRow
 
 __all__ = ["Filtering", "message_sql"]
 
-_COLS = "id, speaker, text, at, session, source_id, utc_offset_min"
+_COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 
 
 def _marks(n: int) -> str:

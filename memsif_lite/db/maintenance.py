@@ -2,8 +2,9 @@
 
 Export writes one header line, then one line per row of every memsif table (BLOBs base64;
 vectors included, so an import needs no re-embedding and reproduces the structure exactly).
-Import only fills a *fresh* file, validates every vector (float32, finite, the right length)
-and inserts in one transaction; the full-text index is rebuilt. Backup uses ``VACUUM INTO``,
+Import only fills a *fresh* file, validates every vector (int8 codes, or float32 from exports
+of files before schema 6, then finite and quantised; running sums float32 or float64) and inserts
+in one transaction; the full-text index is rebuilt and token counts recounted. Backup uses ``VACUUM INTO``,
 which copies one consistent snapshot even while another process is writing.
 """
 
@@ -19,6 +20,8 @@ import numpy as np
 
 from .. import store
 from ..errors import InvalidInputError, MemoryFileError
+from ..int8 import quantize
+from ..tokens import count_tokens
 from .base import VEC_TABLES
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
@@ -116,26 +119,42 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
             values = [_dec(row.get(c)) for c in cols]
             if table == "messages" and values[2] is not None and not str(values[2]).strip():
                 raise InvalidInputError("empty message text in export")
+            if table in ("segments", "trajectories"):
+                values[3] = _sum_blob(values[3], dim)
             try:
                 con.execute(f"INSERT INTO {table}({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})", values)
             except apsw.Error as e:
                 raise InvalidInputError(f"invalid {table} row in export: {e}") from None
         elif table in VEC_TABLES:
             rowid, emb = row.get("rowid"), _dec(row.get("embedding"))
-            if not isinstance(rowid, int) or not isinstance(emb, bytes) or len(emb) != 4 * dim:
+            if not isinstance(rowid, int) or not isinstance(emb, bytes) or len(emb) not in (dim, 4 * dim):
                 raise InvalidInputError(f"invalid vector row in {table}")
-            vec = np.frombuffer(emb, dtype=np.float32)
-            if not np.isfinite(vec).all():
-                raise InvalidInputError(f"non-finite vector in {table}")
-            con.execute(f"INSERT INTO {table}(rowid, embedding) VALUES(?, ?)", (rowid, emb))
+            if len(emb) == 4 * dim:  # an export from before schema 6: float32
+                vec = np.frombuffer(emb, dtype=np.float32)
+                if not np.isfinite(vec).all():
+                    raise InvalidInputError(f"non-finite vector in {table}")
+                emb = quantize(vec).tobytes()
+            con.execute(f"INSERT INTO {table}(rowid, embedding) VALUES(?, vec_int8(?))", (rowid, emb))
         else:
             raise InvalidInputError(f"unknown table {table!r} in export")
         counts[table] = counts.get(table, 0) + 1
     con.execute("INSERT INTO message_fts(message_fts) VALUES('rebuild')")
+    for mid, text in con.execute("SELECT id, text FROM messages WHERE tokens IS NULL").fetchall():
+        con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(text), mid))
+    con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='vector_epoch'")
     problems = check_connection(con)
     if problems:
         raise InvalidInputError("the imported data is inconsistent: " + "; ".join(problems[:5]))
     return counts
+
+
+def _sum_blob(v: Any, dim: int) -> Any:
+    """A running sum from an export: float32 as stored, float64 (before schema 6) converted."""
+    if isinstance(v, bytes) and len(v) == 8 * dim:
+        return np.frombuffer(v, dtype=np.float64).astype(np.float32).tobytes()
+    if not isinstance(v, bytes) or len(v) != 4 * dim:
+        raise InvalidInputError("invalid running sum in export")
+    return v
 
 
 def check_connection(con: Any) -> list[str]:
@@ -155,7 +174,7 @@ def check_connection(con: Any) -> list[str]:
             chunks = con.execute(f"SELECT chunk_id, size, length(validity), length(rowids) FROM {vt}_chunks").fetchall()
             for cid, size, lv, lr in chunks:
                 blob = con.execute(f"SELECT length(vectors) FROM {vt}_vector_chunks00 WHERE rowid=?", (cid,)).fetchone()
-                if size <= 0 or lv != (size + 7) // 8 or lr != size * 8 or not blob or blob[0] != size * dim * 4:
+                if size <= 0 or lv != (size + 7) // 8 or lr != size * 8 or not blob or blob[0] != size * dim:
                     problems.append(f"vector table {vt}: chunk {cid} has the wrong size")
             n_vec = con.execute(f"SELECT count(*) FROM {vt}_rowids").fetchone()[0]
             n_own = con.execute(f"SELECT count(*) FROM {owner}").fetchone()[0]

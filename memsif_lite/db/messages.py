@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..int8 import quantize
 from ..timeutil import from_stored
+from ..tokens import count_tokens
 from ..types import Message
 from .base import Table
-from .rows import MessageRow, f32
+from .rows import MessageRow, from_i8
+from .vector_cache import VectorCache
 
 __all__ = ["Messages"]
 
-_COLS = "id, speaker, text, at, session, source_id, utc_offset_min"
+_COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 
 
 def _row(r: tuple) -> MessageRow:
-    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 
 
 def to_message(r: MessageRow) -> Message:
@@ -23,15 +26,23 @@ def to_message(r: MessageRow) -> Message:
 
 
 class Messages(Table):
+    def __init__(self, con, cache: VectorCache):
+        super().__init__(con)
+        self.cache = cache
+
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
-               content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None) -> int:
-        """The message row, its vector and its full-text row."""
+               content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None,
+               tokens: int | None = None) -> int:
+        """The message row (with its UTC offset and token count), its int8 vector and its full-text row."""
         self.con.execute(
-            "INSERT INTO messages(speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min) "
-            "VALUES(?,?,?,?,?,?,?,?)",
-            (speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min))
+            "INSERT INTO messages(speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
+            "tokens) VALUES(?,?,?,?,?,?,?,?,?)",
+            (speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min,
+             count_tokens(text) if tokens is None else tokens))
         mid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, ?)", (mid, f32(vector)))
+        code = quantize(vector)
+        self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
+        self.cache.stage_add(mid, code)
         self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
         return mid
 
@@ -40,11 +51,11 @@ class Messages(Table):
         row = self.con.execute(
             "SELECT v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
             "WHERE m.content_hash=? LIMIT 1", (content_hash,)).fetchone()
-        return None if row is None else np.frombuffer(row[0], dtype=np.float32).copy()
+        return None if row is None else from_i8(row[0])
 
     def vector(self, mid: int) -> np.ndarray | None:
         row = self.con.execute("SELECT embedding FROM message_vec WHERE rowid=?", (mid,)).fetchone()
-        return None if row is None else np.frombuffer(row[0], dtype=np.float32).copy()
+        return None if row is None else from_i8(row[0])
 
     def get(self, mid: int) -> MessageRow | None:
         r = self.con.execute(f"SELECT {_COLS} FROM messages WHERE id=?", (mid,)).fetchone()
@@ -65,8 +76,21 @@ class Messages(Table):
     def exists(self, mid: int) -> bool:
         return self.con.execute("SELECT 1 FROM messages WHERE id=?", (mid,)).fetchone() is not None
 
+    def nearest(self, qvec: np.ndarray, depth: int) -> list[tuple[int, float]]:
+        """(id, cosine distance) of the ``depth`` nearest messages: from the in-process cache
+        (checked against the file first, in one read snapshot), else from vec0 — same ranking."""
+        if self.cache.usable():
+            if self.con.get_autocommit():
+                with self.con:
+                    self.cache.sync()
+            else:
+                self.cache.sync()
+            if self.cache.usable():
+                return self.cache.search(qvec, depth)
+        return self.knn("message_vec", qvec, depth)
+
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
-        return [m for m, _ in self.knn("message_vec", qvec, depth)]
+        return [m for m, _ in self.nearest(qvec, depth)]
 
     def bm25(self, fts_query: str, speaker_weight: float, depth: int) -> list[int]:
         return [r[0] for r in self.con.execute(
@@ -80,3 +104,10 @@ class Messages(Table):
                          (mid, row[0], row[1]))
         self.con.execute("DELETE FROM message_vec WHERE rowid=?", (mid,))
         self.con.execute("DELETE FROM messages WHERE id=?", (mid,))
+        self.bump_epoch()
+        self.cache.stage_delete(mid)
+
+    def bump_epoch(self) -> None:
+        """Tell other processes' vector caches that message vectors were removed or rewritten
+        (in the caller's transaction)."""
+        self.con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='vector_epoch'")

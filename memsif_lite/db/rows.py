@@ -9,9 +9,10 @@ from typing import Sequence
 
 import numpy as np
 
+from ..int8 import dequantize, quantize
 from ..matching import unit
 
-__all__ = ["Unit", "FactRow", "MessageRow", "entity_json", "f32"]
+__all__ = ["Unit", "FactRow", "MessageRow", "entity_json", "f32", "i8", "from_i8", "sum_bytes", "from_sum"]
 
 
 def entity_json(c: Counter) -> str:
@@ -21,6 +22,26 @@ def entity_json(c: Counter) -> str:
 def f32(v: np.ndarray) -> bytes:
     """A vector as the float32 bytes vec0 and our BLOB columns store."""
     return np.ascontiguousarray(v, dtype=np.float32).tobytes()
+
+
+def i8(v: np.ndarray) -> bytes:
+    """A vector as the int8 codes the vec0 tables store (bind with ``vec_int8(?)``)."""
+    return quantize(v).tobytes()
+
+
+def from_i8(blob: bytes) -> np.ndarray:
+    """A stored int8 vector as a unit float32 vector."""
+    return dequantize(np.frombuffer(blob, dtype=np.int8))
+
+
+def sum_bytes(v: np.ndarray) -> bytes:
+    """A running vector sum as stored (float32)."""
+    return np.ascontiguousarray(v, dtype=np.float32).tobytes()
+
+
+def from_sum(blob: bytes) -> np.ndarray:
+    """A stored running sum, as the float64 array the pipelines accumulate into."""
+    return np.frombuffer(blob, dtype=np.float32).astype(np.float64)
 
 
 @dataclass
@@ -64,6 +85,7 @@ class MessageRow:
     session: str | None
     source_id: str | None
     utc_offset_min: int | None = None     # of the time the caller gave; None: naive (UTC)
+    tokens: int | None = None        # tokens of ``text``, counted at ingest
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ from typing import Iterable
 
 import numpy as np
 
+from ..int8 import quantize
 from .base import Table
-from .rows import MessageRow, Unit, entity_json, f32
+from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
+from .vector_cache import VectorCache
 
 __all__ = ["Structure", "UNIT_TABLES"]
 
@@ -22,31 +24,56 @@ _MEMBERS = {
 
 
 class Structure(Table):
+    def __init__(self, con, caches: dict[str, VectorCache]):
+        super().__init__(con)
+        self.caches = caches  # level -> in-process copy of its vec0 table
+
+    def _put_vector(self, level: str, uid: int, vec: np.ndarray, *, new: bool) -> None:
+        code = quantize(vec)
+        vt = UNIT_TABLES[level][1]
+        if new:
+            self.con.execute(f"INSERT INTO {vt}(rowid, embedding) VALUES(?, vec_int8(?))", (uid, code.tobytes()))
+        else:
+            self.set_vector(vt, uid, code.tobytes())
+        self.caches[level].stage_set(uid, code)
+
     # -- units ---------------------------------------------------------------------------------
     def load(self, level: str, uid: int) -> Unit:
         table = UNIT_TABLES[level][0]
         row = self.con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} WHERE id=?",
                                (uid,)).fetchone()
-        return Unit(row[0], row[1], np.frombuffer(row[2], dtype=np.float64).copy(), Counter(json.loads(row[3])),
+        return Unit(row[0], row[1], from_sum(row[2]), Counter(json.loads(row[3])),
                     row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""
         table, vt = UNIT_TABLES[level]
         extra = ", n_segments=?" if n_segments is not None else ""
-        args: list = [u.n, u.vec_sum.tobytes(), entity_json(u.entities), u.start_at, u.end_at]
+        args: list = [u.n, sum_bytes(u.vec_sum), entity_json(u.entities), u.start_at, u.end_at]
         if n_segments is not None:
             args.append(n_segments)
         self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=?{extra} "
                          "WHERE id=?", (*args, u.id))
-        self.con.execute(f"UPDATE {vt} SET embedding=? WHERE rowid=?", (f32(u.mean), u.id))
+        self._put_vector(level, u.id, u.mean, new=False)
 
     def delete_unit(self, level: str, uid: int) -> None:
         table, vt = UNIT_TABLES[level]
         self.con.execute(f"DELETE FROM {vt} WHERE rowid=?", (uid,))
         self.con.execute(f"DELETE FROM {table} WHERE id=?", (uid,))
+        self.caches[level].stage_delete(uid)
 
     def dense(self, level: str, qvec: np.ndarray, depth: int) -> list[int]:
+        """Nearest segments or trajectories: from the in-process cache (checked against the file
+        first), else vec0 — same ranking."""
+        cache = self.caches[level]
+        if cache.usable():
+            if self.con.get_autocommit():
+                with self.con:
+                    cache.sync()
+            else:
+                cache.sync()
+            if cache.usable():
+                return [u for u, _ in cache.search(qvec, depth)]
         return [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth)]
 
     # -- segments ------------------------------------------------------------------------------
@@ -58,9 +85,9 @@ class Structure(Table):
         u = Unit(0, 1, vec.astype(np.float64), Counter(ents), at, at)
         self.con.execute(
             "INSERT INTO segments(n_messages, vec_sum, entities, start_at, end_at, closed) VALUES(1,?,?,?,?,0)",
-            (u.vec_sum.tobytes(), entity_json(u.entities), at, at))
+            (sum_bytes(u.vec_sum), entity_json(u.entities), at, at))
         sid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO segment_vec(rowid, embedding) VALUES(?, ?)", (sid, f32(u.mean)))
+        self._put_vector("segment", sid, u.mean, new=True)
         return sid
 
     def segment_state(self, sid: int) -> tuple[int, int | None, int] | None:
@@ -101,9 +128,9 @@ class Structure(Table):
     def create_trajectory(self, seg: Unit) -> int:
         self.con.execute(
             "INSERT INTO trajectories(n_segments, n_messages, vec_sum, entities, start_at, end_at) VALUES(1,?,?,?,?,?)",
-            (seg.n, seg.vec_sum.tobytes(), entity_json(Counter(seg.entities)), seg.start_at, seg.end_at))
+            (seg.n, sum_bytes(seg.vec_sum), entity_json(Counter(seg.entities)), seg.start_at, seg.end_at))
         tid = self.con.last_insert_rowid()
-        self.con.execute("INSERT INTO trajectory_vec(rowid, embedding) VALUES(?, ?)", (tid, f32(seg.mean)))
+        self._put_vector("trajectory", tid, seg.mean, new=True)
         return tid
 
     def count_where_trajectory(self, tid: int) -> int:
@@ -145,7 +172,7 @@ class Structure(Table):
             "SELECT u.message_id, v.embedding, u.entities, m.at FROM message_units u "
             "JOIN messages m ON m.id=u.message_id JOIN message_vec v ON v.rowid=u.message_id "
             f"WHERE {_MEMBERS[level]} ORDER BY u.message_id", (uid,)).fetchall()
-        return [(r[0], np.frombuffer(r[1], dtype=np.float32), json.loads(r[2]), r[3]) for r in rows]
+        return [(r[0], from_i8(r[1]), json.loads(r[2]), r[3]) for r in rows]
 
     def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
         """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first."""

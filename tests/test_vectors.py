@@ -1,0 +1,247 @@
+"""Schema 5: int8 vectors on disk, the migration from schema 3 files, and the in-process vector
+cache (same ranking as vec0; never stale across processes)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing as mp
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakes import FakeEmbedder, raw
+from memsif_lite import Memory, store
+from memsif_lite.db import Database
+from memsif_lite.int8 import dequantize, quantize
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    v = rng.standard_normal((n, dim))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _database(path: Path, dim: int) -> Database:
+    con = store.connect(path, dim=dim, initial_meta={"embedding_dim": str(dim)})
+    return Database(con)
+
+
+def _insert(db: Database, vecs: np.ndarray) -> list[int]:
+    with db.write():
+        return [db.messages.insert(speaker="A", text=f"m{i}", at="2024-01-01T00:00:00", session=None, source_id=None,
+                                   content_hash=bytes(32), created_at="2024-01-01T00:00:00", vector=v)
+                for i, v in enumerate(vecs)]
+
+
+def test_quantisation_keeps_the_direction():
+    v = _unit(np.random.default_rng(0), 200, 384)
+    q = quantize(v)
+    assert q.dtype == np.int8 and np.abs(q).max(axis=1).min() == 127  # per-vector scale: full range
+    cos = np.einsum("ij,ij->i", dequantize(q), v)
+    assert cos.min() > 0.999
+    assert not quantize(np.zeros(8)).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), k=st.integers(1, 400), dup=st.booleans())
+def test_cache_ranks_exactly_like_vec0(seed, n, k, dup):
+    """Same ids, same distances (bit for bit) from the cache and from sqlite-vec's KNN; ties by id."""
+    rng = np.random.default_rng(seed)
+    vecs = _unit(rng, n, 16)
+    if dup and n > 2:  # exact ties
+        vecs[n // 2:] = vecs[: n - n // 2]
+    with tempfile.TemporaryDirectory() as d:
+        db = _database(Path(d) / "m.db", 16)
+        try:
+            _insert(db, vecs)
+            q = vecs[int(rng.integers(n))] if rng.random() < 0.5 else _unit(rng, 1, 16)[0]
+            with db.read():
+                db.vectors.sync()
+                cached = db.vectors.search(q, k)
+            assert db.vectors.size == n
+            exact = db.messages.knn("message_vec", q, k)
+            assert [d for _, d in cached] == [d for _, d in exact]
+            assert cached == sorted(cached, key=lambda x: (x[1], x[0]))
+            # ids agree except among equal distances cut at the k boundary
+            last = cached[-1][1] if cached else None
+            assert [x for x in cached if x[1] != last] == [x for x in exact if x[1] != last]
+        finally:
+            db.close()
+
+
+def test_cache_follows_this_process_commits_and_rollbacks(tmp_path):
+    db = _database(tmp_path / "m.db", 16)
+    try:
+        vecs = _unit(np.random.default_rng(1), 6, 16)
+        ids = _insert(db, vecs[:3])
+        assert [m for m, _ in db.messages.nearest(vecs[0], 10)][0] == ids[0]  # loads the cache
+        with pytest.raises(RuntimeError):
+            with db.write():
+                db.messages.insert(speaker="A", text="rolled back", at="2024-01-01T00:00:00", session=None,
+                                   source_id=None, content_hash=bytes(32), created_at="x", vector=vecs[3])
+                raise RuntimeError("boom")
+        assert sorted(m for m, _ in db.messages.nearest(vecs[3], 10)) == sorted(ids)
+        more = _insert(db, vecs[4:])
+        with db.write():
+            db.messages.delete(ids[1])
+        got = sorted(m for m, _ in db.messages.nearest(vecs[0], 10))
+        assert got == sorted([ids[0], ids[2], *more])
+        assert db.vectors.size == 4
+    finally:
+        db.close()
+
+
+def test_release_v3_file_is_migrated_in_place(tmp_path, fake_embedder):
+    """A file made by the release before schema 6 (fixtures/release_v3.db.gz, see the JSON's
+    made_by) opens, converts to int8 vectors, and searches as before within quantisation."""
+    path = tmp_path / "old.db"
+    path.write_bytes(gzip.decompress((FIXTURES / "release_v3.db.gz").read_bytes()))
+    expected = json.loads((FIXTURES / "release_v3_expected.json").read_text())
+    with raw(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 3
+        before = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                  for t in ("messages", "message_vec", "segment_vec", "trajectory_vec", "fact_vec")}
+    with Memory(path, embedder=fake_embedder) as mem:
+        assert mem.check() == []
+        with raw(path) as con:
+            assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in before} == before
+        for q, hits in expected["search"].items():
+            got = mem.search(q, k=10)
+            want = [h[0] for h in hits]
+            assert got[0].id == want[0], q
+            assert len({h.id for h in got[:5]} & set(want[:5])) >= 4, q
+            assert [h.score for h in got] == pytest.approx([h[1] for h in hits], abs=2 / 60 ** 2), q
+        for q, want in expected["segment_search"].items():
+            assert [h.id for h in mem.search(q, k=5, level="segment")][0] == want[0], q
+        mem.add("Maya", "after the upgrade I still live in Porto")
+    with raw(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
+        assert con.execute("SELECT count(*) FROM messages WHERE tokens IS NULL OR tokens < 1").fetchone()[0] == 0
+        assert {len(b) for (b,) in con.execute("SELECT vec_sum FROM segments")} == {4 * 32}
+        assert con.execute("SELECT count(*) FROM sqlite_schema WHERE name='_v5_stash'").fetchone()[0] == 0
+        # the stored int8 codes are the quantised passages
+        text = dict(con.execute("SELECT id, speaker || ': ' || text FROM messages"))
+        for mid, blob in con.execute("SELECT rowid, vec_to_json(embedding) FROM message_vec"):
+            assert json.loads(blob) == quantize(fake_embedder.embed([text[mid]], kind="passage")[0]).tolist()
+
+
+def _writer(path: str, rounds: int, out) -> None:
+    """``out`` is a pipe end: ``send`` puts the message in the pipe before returning (a
+    ``multiprocessing.Queue`` would flush later, from a thread, and break the ordering)."""
+    rng = random.Random(7)
+    alive: list[int] = []
+    with Memory(path, embedder=FakeEmbedder()) as mem:
+        for r in range(rounds):
+            mid = mem.add("W", f"unique{r} marker{r} words")
+            out.send(("add", mid, r))
+            alive.append(mid)
+            if r % 3 == 2 and len(alive) > 2:
+                victim = alive.pop(rng.randrange(len(alive) - 1))  # never the newest: ids are not reused
+                out.send(("forgetting", victim, -1))  # from now on it may be gone
+                mem.forget(message_id=victim)
+                out.send(("forgot", victim, -1))  # committed: it must be gone
+    out.send(("done", 0, 0))
+
+
+def test_two_processes_cache_never_stale(tmp_path):
+    """One process writes (adds, forgets); another queries through its vector cache. Whatever
+    was committed before a query began is found, and nothing forgotten before it is returned."""
+    path = tmp_path / "shared.db"
+    Memory(path, embedder=FakeEmbedder()).close()
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    rounds = 1000
+    proc = ctx.Process(target=_writer, args=(str(path), rounds, send))
+    proc.start()
+    emb = FakeEmbedder()
+    db = _database(path, emb.dim)
+    alive: dict[int, np.ndarray] = {}
+    forgotten: set[int] = set()
+    done, checks = False, 0
+
+    def apply(msgs: list) -> None:
+        nonlocal done
+        for op, mid, r in msgs:
+            if op == "add":
+                alive[mid] = emb.embed([f"W: unique{r} marker{r} words"], kind="passage")[0]
+            elif op == "forgetting":
+                alive.pop(mid)
+            elif op == "forgot":
+                forgotten.add(mid)
+            else:
+                done = True
+
+    def drain(wait: float) -> list:
+        out = []
+        while recv.poll(wait):
+            out.append(recv.recv())
+            wait = 0
+        return out
+
+    try:
+        while not done or checks < rounds:
+            apply(drain(30 if not alive else 0))  # all of it committed before the query begins
+            newest = max(alive)
+            got = db.messages.nearest(alive[newest], 100_000)
+            late = drain(0)  # a forget announced up to now may have committed before the query
+            ids = {m for m, _ in got}
+            doomed = {mid for op, mid, _ in late if op == "forgetting"}
+            assert got[0][0] == newest or got[0][1] == got[1][1]
+            assert set(alive) - doomed <= ids
+            assert not (forgotten & ids)
+            apply(late)
+            checks += 1
+        proc.join(120)  # the writer is done: one last query sees exactly what is left
+        assert {m for m, _ in db.messages.nearest(alive[max(alive)], 100_000)} == set(alive)
+        assert db.vectors.size == len(alive)
+    finally:
+        db.close()
+        proc.join(120)
+    assert proc.exitcode == 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40))
+def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, steps):
+    """Segment vectors are rewritten in place as segments grow: the cache of the writing
+    connection applies its commits, another connection's cache reloads; both rank like vec0."""
+    from collections import Counter
+
+    from memsif_lite.db import Unit
+
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "m.db"
+        a, b = _database(path, 16), _database(path, 16)
+        try:
+            live: list[int] = []
+            for _ in range(steps):
+                q = _unit(rng, 1, 16)[0]
+                for db in (a, b):  # load (or check) both caches before the next write
+                    db.structure.dense("segment", q, 5)
+                with a.write():
+                    op = rng.random()
+                    if op < 0.4 or not live:
+                        live.append(a.structure.create_segment(_unit(rng, 1, 16)[0], [], "2024-01-01T00:00:00"))
+                    elif op < 0.85:
+                        uid = live[int(rng.integers(len(live)))]
+                        a.structure.save("segment", Unit(uid, 2, rng.standard_normal(16), Counter(), "a", "b"))
+                    else:
+                        a.structure.delete_unit("segment", live.pop(int(rng.integers(len(live)))))
+                for db in (a, b):
+                    got = db.structure.caches["segment"]
+                    ranked = db.structure.dense("segment", q, 50)
+                    exact = [u for u, _ in db.structure.knn("segment_vec", q, 50)]
+                    assert sorted(ranked) == sorted(exact) == sorted(live)
+                    assert got.size == len(live)
+                    assert [x[1] for x in got.search(q, 50)] == [x[1] for x in db.structure.knn("segment_vec", q, 50)]
+        finally:
+            a.close()
+            b.close()
