@@ -265,10 +265,10 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
         db.merge.drop_segment(sid)
     touched: set[int] = set()
     for m in replaced:  # a message from the point on that sits in an earlier segment (a file written out of order)
-        sid = db.structure.segment_of_message(m.id)
-        if sid is not None:
+        seg = db.structure.segment_of_message(m.id)
+        if seg is not None:
             db.structure.unplace_message(m.id)
-            touched.add(sid)
+            touched.add(seg)
     for sid in sorted(touched):
         tid = db.structure.trajectory_of_segment(sid)
         recompute_unit(db, "segment", sid)
@@ -289,8 +289,8 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
         if not existing:
             continue
         db.merge.move_evidence(m.id, nid)
-        for sub, kind, sid, payload in db.merge.queued(m.id):
-            keep = ((kind in (CLOSE, EXTRACT) and sid is not None and sid not in dropped)
+        for sub, kind, step_seg, payload in db.merge.queued(m.id):
+            keep = ((kind in (CLOSE, EXTRACT) and step_seg is not None and step_seg not in dropped)
                     or (kind == FACT and payload is not None
                         and not moved.intersection(Candidate.from_json(payload).message_ids)))
             if keep:
