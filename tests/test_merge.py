@@ -379,3 +379,58 @@ def test_a_fact_drawing_on_both_sides_of_the_rebuild_point_is_rebuilt_whole(tmp_
     assert r.rebuilt_from == _at(0)
     fresh_ingest(ref, messages(a))
     assert structure(a) == structure(ref)
+
+
+_KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from fakes import FakeEmbedder
+from memsif_lite import Memory
+with Memory({a!r}, embedder=FakeEmbedder(), process={mode!r}) as mem:
+    print("merging", flush=True)
+    mem.merge_from({b!r})
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["inline", "manual"])
+def test_kill_9_during_a_merge_leaves_the_old_file_or_the_merged_one(tmp_path, mode):
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+    a, b, ref = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "ref.db"
+    common = [_msg(i, i * 10) for i in range(100)]
+    with _open(a) as mem:
+        mem.add_many(common + [_msg(i + 5, 1000 + i * 10 + 1) for i in range(150)])
+    with _open(b) as mem:
+        mem.add_many(common + [_msg(i + 7, 1000 + i * 10 + 2) for i in range(150)])
+    old = set(messages(a))
+    merged = old | set(messages(b))
+    fresh_ingest(ref, sorted(merged))
+    pristine = tmp_path / "pristine.db"
+    shutil.copy(a, pristine)
+    script = _KILL_SCRIPT.format(tests=str(Path(__file__).parent), a=str(a), b=str(b), mode=mode)
+    seen = set()
+    for delay in (0.05, 0.4, 1.2, 30.0):
+        shutil.copy(pristine, a)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{a}{suffix}").unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "merging"
+        time.sleep(delay * random.uniform(0.8, 1.2))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=120)
+        with _open(a, process="manual") as mem:
+            assert mem.check() == []
+            got = set(messages(a))
+            assert got in (old, merged), "a half-merged file"
+            seen.add(got == merged)
+            mem.process()
+        if got == merged:
+            assert structure(a) == structure(ref)
+    assert True in seen  # the slowest run finished the merge
