@@ -46,6 +46,7 @@ from .db import Database
 from .db.merge import FullMessage
 from .db.queue import CLOSE, EXTRACT, FACT, PLACE
 from .embed import Embeddings
+from .entities import extract_entities
 from .errors import InvalidInputError, MemoryFileError
 from .forgetting import forget_message, recompute_unit
 from .ingest import MessageIn
@@ -112,7 +113,7 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> Oth
         with db.read():
             msgs = db.merge.messages(has_offset=info.user_version >= 5)
             tombs = db.merge.tombstones(has_table=info.user_version >= 6)
-            clusters = db.merge.clusters()
+            clusters = db.merge.clusters() if info.user_version >= 3 else []
     finally:
         con.close()
     for m in msgs:
@@ -210,7 +211,11 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
                 removed += 1
         dirty = db.tombstones.dirty_from()
         times = [m.at for m in fresh] + [m.at for m in remove] + ([dirty] if dirty else [])
-        start, replayed = (rebuild(db, min(times), fresh) if times else (None, 0))
+        start, placed = rebuild(db, min(times), fresh) if times else (None, [])
+        replayed = len(placed)
+        if process_now:  # saves reading each vector back
+            for nid, vec, text in placed:
+                worker.hint(nid, np.frombuffer(vec, dtype=np.float32).copy(), extract_entities(text))
         db.tombstones.settle()
         n_queries = _fold_clusters(db, other, active_store, queries)
         if process_now:
@@ -242,10 +247,11 @@ def _query_vectors(other: OtherFile, embed_query: Callable[[str], np.ndarray], s
     return out
 
 
-def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str, int]:
+def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str, list[tuple[int, bytes, str]]]:
     """Remove the structure and CoreFacts from ``point`` (moved back as the module docstring says)
     and store those messages again with ``incoming``, in time order, each with its place step.
-    Returns (the rebuild point, how many messages will be placed). Inside the caller's transaction."""
+    Returns the rebuild point and (new id, vector, text) of each message to place. Inside the
+    caller's transaction."""
     while True:
         last = db.merge.last_placed_before(point)
         first_seg = None if last is None else last[0]
@@ -257,7 +263,6 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
         point = earliest
     for fid in facts:
         if db.facts.exists(fid):
-            db.merge.drop_superseded_log(fid)
             db.facts.delete(fid)
     segs, trajs = db.merge.segments_from(first_seg)
     dropped = set(segs)
@@ -300,7 +305,7 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
                 db.merge.unqueue(m.id, sub)
     for m in replaced:
         db.messages.delete(m.id)
-    return start, len(order)
+    return start, [(base + 1 + i, m.vector, m.text) for i, (m, _) in enumerate(order)]
 
 
 def _fold_clusters(db: Database, other: OtherFile, active_store: ActiveFactStore, qvecs: dict[str, bytes]) -> int:

@@ -93,7 +93,7 @@ def fresh_ingest(path: Path, msgs: list[tuple[str, str, str]]) -> None:
 ops = st.lists(st.tuples(st.sampled_from(["add", "add", "forget"]), st.integers(0, 10_000)), max_size=10)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_ancestor=st.integers(0, 6), ops_a=ops, ops_b=ops, seed=st.integers(0, 1000))
 def test_merge_properties_on_random_diverged_pairs(n_ancestor, ops_a, ops_b, seed):
     with tempfile.TemporaryDirectory() as d:

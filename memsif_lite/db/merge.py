@@ -160,11 +160,6 @@ class MergeRows(Table):
         self.con.execute("DELETE FROM segment_vec WHERE rowid=?", (sid,))
         self.con.execute("DELETE FROM segments WHERE id=?", (sid,))
 
-    def drop_superseded_log(self, fid: int) -> None:
-        """The 'superseded by fact fid' entries of the facts ``fid`` superseded (before deleting it)."""
-        self.con.execute("DELETE FROM fact_history WHERE op='superseded' AND detail=? AND fact_id IN "
-                         "(SELECT id FROM core_facts WHERE superseded_by=?)", (f"superseded by fact {fid}", fid))
-
     def max_message_id(self) -> int:
         return int(self.con.execute(
             "SELECT max(coalesce((SELECT max(id) FROM messages), 0), coalesce((SELECT max(message_id) "
