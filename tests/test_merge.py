@@ -434,3 +434,17 @@ def test_kill_9_during_a_merge_leaves_the_old_file_or_the_merged_one(tmp_path, m
         if got == merged:
             assert structure(a) == structure(ref)
     assert True in seen  # the slowest run finished the merge
+
+
+def test_forgetting_the_superseding_message_restores_the_old_fact_and_its_history(memory):
+    mem = memory()
+    mem.add_many([{"speaker": "Ana", "text": "I live in Lisbon with my cat.", "at": _at(0)},
+                  {"speaker": "Ana", "text": "I moved to Porto last month.", "at": _at(60)},
+                  {"speaker": "Bo", "text": "The pasta sauce needs more garlic.", "at": _at(120)},
+                  {"speaker": "Bo", "text": "Dinner with friends was lovely.", "at": _at(180)}])
+    (lisbon,) = [f for f in mem.facts(include_superseded=True) if "Lisbon" in f.stmt]
+    assert [e.op for e in mem.fact_history(lisbon.id)] == ["add", "superseded"]
+    porto = next(m for m in mem.messages() if "Porto" in m.text)
+    mem.forget(message_id=porto.id)
+    (lisbon,) = [f for f in mem.facts() if "Lisbon" in f.stmt]
+    assert lisbon.valid_to is None and [e.op for e in mem.fact_history(lisbon.id)] == ["add"]
