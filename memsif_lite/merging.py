@@ -62,7 +62,13 @@ _REKEYED_SUB = 1000
 
 @dataclass(frozen=True)
 class MergeReport:
-    """What a merge did (or, with ``dry_run``, would do)."""
+    """What a merge did (or, with ``dry_run``, would do): messages ``added``, ``skipped_present``
+    (already here), ``skipped_forgotten`` (a tombstone on either side), ``removed_by_tombstones``
+    (here, forgotten there), ``tombstones_added``, ``re_embedded`` (other embedding model);
+    ``rebuilt_from`` (stored UTC time) and ``replayed`` (messages placed again); ActiveFact
+    ``queries_added``; CoreFacts ``facts_added`` (new, or current again), ``facts_superseded`` and
+    ``facts_removed`` as "subject: statement (type, from date)" — known once the queue ran, so
+    empty with ``process="manual"`` until then; ``pending_steps`` left in the queue."""
 
     other: str
     added: int = 0
