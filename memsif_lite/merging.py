@@ -67,8 +67,8 @@ class MergeReport:
     (here, forgotten there), ``tombstones_added``, ``re_embedded`` (other embedding model);
     ``rebuilt_from`` (stored UTC time) and ``replayed`` (messages placed again); ActiveFact
     ``queries_added``; CoreFacts ``facts_added`` (new, or current again), ``facts_superseded`` and
-    ``facts_removed`` as "subject: statement (type, from date)" — known once the queue ran, so
-    empty with ``process="manual"`` until then; ``pending_steps`` left in the queue."""
+    ``facts_removed`` as "subject: statement (type, from date)" — only when the rebuild ran inside
+    the merge (offline, inline); else empty; ``pending_steps`` left in the queue."""
 
     other: str
     added: int = 0
@@ -226,7 +226,7 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         n_queries = _fold_clusters(db, other, active_store, queries)
         if process_now:
             worker.run()
-        facts_after = db.merge.facts_summary()
+        facts_after = db.merge.facts_summary() if process_now else facts_before  # else: known once the queue ran
         pending, _ = db.queue.backlog()
     gone = facts_before - facts_after
     return MergeReport(
