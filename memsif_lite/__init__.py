@@ -28,6 +28,7 @@ from .active_facts import Evidence  # noqa: E402
 from .embed import Embedder, LiteLLMEmbedder, OnnxEmbedder, register_embedder  # noqa: E402
 from .memory import Memory  # noqa: E402
 from .homes import memory_path, open_memory  # noqa: E402
+from .merging import MergeReport  # noqa: E402
 from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
@@ -43,6 +44,7 @@ from .types import (  # noqa: E402
 __all__ = [
     "Memory",
     "open_memory",
+    "MergeReport",
     "memory_path",
     "Config",
     "FactType",

@@ -637,6 +637,44 @@ def forget(db: str, config: str | None, message_id: int | None, fact_id: int | N
         click.echo(f"forgot {kind} {ident}")
 
 
+@main.command()
+@click.argument("other", type=click.Path(dir_okay=False))
+@file_options
+@click.option("--dry-run", is_flag=True, help="Report what the merge would do, writing nothing.")
+@click.option("--later", is_flag=True,
+              help="Only queue the structure rebuild (run it with `memsif process`, e.g. with --llm).")
+@json_option
+def merge(other: str, db: str, config: str | None, dry_run: bool, later: bool, as_json: bool) -> None:
+    """Bring into --db what OTHER (another copy of the same memory) has: new messages (re-embedded
+    if OTHER used another model), forgotten ones removed, structure and facts rebuilt. OTHER is
+    only read."""
+    if not Path(other).exists():
+        raise click.ClickException(f"no memory file at {other}")
+    with _open(db, config, later=later, read_only=dry_run) as mem:
+        report = mem.merge_from(other, dry_run=dry_run)
+        st = mem.stats()
+    if as_json:
+        _emit({**report.to_dict(), "db": db, "stats": st})
+        return
+    verb = "would add" if dry_run else "added"
+    click.echo(f"{verb} {_plural(report.added, 'message')} from {other} "
+               f"({report.skipped_present} already here, {report.skipped_forgotten} forgotten on one side); "
+               f"{'would remove' if dry_run else 'removed'} {report.removed_by_tombstones} forgotten there"
+               + (f"; {report.re_embedded} re-embedded with this file's model" if report.re_embedded else ""))
+    if report.rebuilt_from:
+        click.echo(f"structure {'to rebuild' if dry_run else 'rebuilt'} from {report.rebuilt_from}"
+                   + (f" ({_plural(report.replayed, 'message')} placed again)" if report.replayed else ""))
+    for line in report.facts_added:
+        click.echo(f"  + fact {line}")
+    for line in report.facts_superseded:
+        click.echo(f"  ~ superseded {line}")
+    for line in report.facts_removed:
+        click.echo(f"  - fact {line}")
+    if report.pending_steps:
+        click.echo(f"{_plural(report.pending_steps, 'step')} pending (run `memsif process --db {db}`)")
+    click.echo(_stats_line(st))
+
+
 @main.command("export")
 @file_options
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to write.")

@@ -1,5 +1,8 @@
 """``Memory.forget``: delete a message or a fact and everything derived only from it.
 
+A forgotten message leaves a tombstone (a hash of its speaker, text and time, never the content),
+so that merging a copy of the file that still has it does not bring it back (``memsif merge``).
+
 Provenance makes this exact: a message's vector, full-text row and structure membership go
 with it; its segment and trajectory are recomputed from the remaining members (and removed if
 empty); CoreFacts whose every source is gone are deleted (a fact they had superseded becomes
@@ -15,9 +18,11 @@ import numpy as np
 
 from .active_facts import ActiveFactStore
 from .db import Database, Unit
+from .db.merge import tombstone_hash
 from .errors import InvalidInputError, NotFoundError
+from .timeutil import now_stored
 
-__all__ = ["forget", "forget_message", "forget_fact"]
+__all__ = ["forget", "forget_message", "forget_fact", "recompute_unit"]
 
 
 def forget(db: Database, active_store: ActiveFactStore, *, message_id: int | None, fact_id: int | None) -> None:
@@ -37,6 +42,9 @@ def forget(db: Database, active_store: ActiveFactStore, *, message_id: int | Non
 
 def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> None:
     """Delete one message and what was derived only from it (the caller holds the transaction)."""
+    row = db.messages.get(mid)
+    if row is not None:
+        db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=row.at)
     sid = db.structure.segment_of_message(mid)
     db.queue.drop_message(mid)
     db.structure.unplace_message(mid)
@@ -46,9 +54,9 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
     db.messages.delete(mid)
     if sid is not None:
         tid = db.structure.trajectory_of_segment(sid)
-        _recompute(db, "segment", sid)
+        recompute_unit(db, "segment", sid)
         if tid is not None:
-            _recompute(db, "trajectory", tid)
+            recompute_unit(db, "trajectory", tid)
 
 
 def forget_fact(db: Database, fid: int) -> None:
@@ -56,7 +64,7 @@ def forget_fact(db: Database, fid: int) -> None:
     db.facts.delete(fid)
 
 
-def _recompute(db: Database, level: str, uid: int) -> None:
+def recompute_unit(db: Database, level: str, uid: int) -> None:
     """A segment's or trajectory's aggregate from its remaining members (removed when none is left)."""
     members = db.structure.member_vectors(level, uid)
     if not members:

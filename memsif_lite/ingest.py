@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from .db import Database
+from .db.merge import tombstone_hash
 from .db.queue import PLACE
 from .embed import Embeddings
 from .entities import extract_entities
@@ -140,6 +141,7 @@ class IngestPipeline:
                                               source_id=r.source_id, content_hash=h, created_at=created, vector=v,
                                               utc_offset_min=r.utc_offset_min, tokens=n)
                 self.db.queue.push(PLACE, mid, created)
+                self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))  # added again on purpose
                 if process:  # the stored (int8) direction, exactly what a later step reads back
                     self.worker.hint(mid, dequantize(quantize(v)), extract_entities(r.text))
                 ids.append(mid)

@@ -18,6 +18,7 @@ from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyE
 from .filters import MessageFilter, Names
 from .forgetting import forget
 from .llm import ModelHealth, require_litellm
+from .merging import MergeReport, merge_file
 from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
 from .timeutil import from_stored, to_stored
@@ -29,22 +30,13 @@ __all__ = ["Memory"]
 
 
 class Memory:
-    """Long-term memory in one SQLite file.
-
-    >>> with Memory("me.db") as mem:                       # doctest: +SKIP
-    ...     mem.add("Ana", "I moved to Lisbon in May.", at="2024-05-02T10:00:00")
-    ...     mem.search("where does Ana live?")
-
-    ``llm`` is a litellm model string (``"openai/gpt-4o-mini"``, ``"ollama/qwen3:4b"``);
-    ``llm_kwargs`` go to every call (``api_base``, ``api_key``, ``timeout``...; they win over
-    memsif's defaults). Without ``llm`` every step uses its offline fallback (litellm comes with
-    the ``llm`` extra). ``read_only`` opens an existing file without writing to it (writes raise
-    ReadOnlyError). ``embedder`` replaces the embedding model (the :class:`~memsif_lite.embed.Embedder`
-    protocol; default: the model the file records, else ``config.embedding_model`` or the bundled
-    one). ``boundary_judge`` / ``trajectory_judge`` replace the judges (protocols in
-    :mod:`memsif_lite.segments` / :mod:`memsif_lite.trajectories`). ``process`` is ``"inline"``,
-    ``"background"`` or ``"manual"`` (:class:`~memsif_lite.worker.Processor`).
-    """
+    """Long-term memory in one SQLite file. ``llm``: a litellm model string (``"openai/gpt-4o-mini"``);
+    ``llm_kwargs`` go to every call (``api_base``, ``api_key``...). Without ``llm`` every step is
+    offline. ``read_only`` opens an existing file without writing (writes raise ReadOnlyError).
+    ``embedder`` replaces the model the file records (:class:`~memsif_lite.embed.Embedder`);
+    ``boundary_judge`` / ``trajectory_judge`` the judges (:mod:`memsif_lite.segments`,
+    :mod:`memsif_lite.trajectories`); ``process``: ``"inline"``, ``"background"`` or ``"manual"``
+    (:class:`~memsif_lite.worker.Processor`)."""
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,
@@ -139,8 +131,7 @@ class Memory:
     # -- reading ---------------------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, level: str = "message", speakers: Names = None,
                sessions: Names = None, since: Any = None, until: Any = None) -> list[SearchResult]:
-        """Hybrid search (dense KNN + BM25, fused by RRF) at ``level`` message, segment or trajectory;
-        ``speakers``, ``sessions``, ``since``, ``until`` filter inside it (:mod:`memsif_lite.filters`)."""
+        """Hybrid search (KNN + BM25, RRF) at ``level`` message/segment/trajectory, filtered inside."""
         check_search(query, k, level)
         flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         with self._session():
@@ -215,6 +206,15 @@ class Memory:
         emb = self._p.embeddings.embedder
         with self._session("import_from") as db:
             return db.admin.import_from(Path(path), model_id=emb.model_id, dim=emb.dim)
+
+    def merge_from(self, path: str | Path, *, dry_run: bool = False) -> MergeReport:
+        """Bring in what another copy of this memory has, in one transaction (:mod:`memsif_lite.merging`)."""
+        with self._session(None if dry_run else "merge_from") as db:
+            report = merge_file(db, path, mine=self.path, pipes=self._p, cfg=self.config,
+                                process_now=self._processor.in_add, dry_run=dry_run)
+            if not dry_run:
+                self._processor.after_add()
+            return report
 
     def backup(self, dest: str | Path) -> None:
         """A consistent, self-contained copy (``VACUUM INTO``), safe while others write."""

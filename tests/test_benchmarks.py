@@ -74,3 +74,13 @@ def test_locomo_benchmark_llm_accuracy_path(tmp_path, llm_server):
     assert acc["accuracy"]["all"] == 1.0 and acc["model"] == "openai/test-model"
     assert acc["llm_calls_per_question"] >= 2 and acc["tokens_per_question"] > 0
     assert any(req["messages"][0]["content"].startswith("You grade an answer") for req in llm_server.requests)
+
+
+@pytest.mark.slow
+def test_merge_benchmark_runs_and_matches_the_union_ingest(tmp_path):
+    out = tmp_path / "merge.json"
+    _run(str(ROOT / "benchmarks" / "merge.py"), "--messages", "200", "--out", str(out), cwd=tmp_path)
+    res = json.loads(out.read_text())
+    assert res["report"]["added"] == 100 and res["report"]["skipped_present"] == 100
+    assert res["same_segments_as_union_ingest"] is True and res["check_problems"] == []
+    assert res["second_merge_added"] == 0 and res["bytes"]["merged"] > 0

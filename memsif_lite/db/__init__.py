@@ -10,6 +10,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``admin``     — meta, llm_calls, counts, export/import, check, backup
 * ``queue``     — the work queue of pipeline steps still to run
 * ``filters``   — filtered rankings and listings (speaker, session, time), "already present"
+* ``tombstones`` — hashes of forgotten messages; ``merge`` — what ``memsif merge`` reads and moves
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -27,6 +28,7 @@ from .admin import Admin
 from .clusters import Clusters
 from .facts import CoreFacts
 from .filtering import Filtering
+from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
 from .queue import Queue, Step
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
@@ -51,6 +53,8 @@ class Database:
         self.admin = Admin(con, self.caches)
         self.queue = Queue(con)
         self.filters = Filtering(con)
+        self.tombstones = Tombstones(con)
+        self.merge = MergeRows(con, self.caches)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
@@ -86,7 +90,7 @@ class Database:
         if self.in_transaction:
             yield
             return
-        with store.write(self.con):
+        with self.write():
             yield
 
     @property

@@ -65,7 +65,10 @@ class CoreFacts(Table):
                          (fid, at, op, stmt, detail))
 
     def delete(self, fid: int) -> None:
-        """Delete one CoreFact with its history; a fact it superseded becomes current again."""
+        """Delete one CoreFact with its history; a fact it superseded becomes current again (and
+        loses the history entry saying it was superseded by this one)."""
+        self.con.execute("DELETE FROM fact_history WHERE op='superseded' AND detail=? AND fact_id IN "
+                         "(SELECT id FROM core_facts WHERE superseded_by=?)", (f"superseded by fact {fid}", fid))
         self.con.execute("UPDATE core_facts SET valid_to=NULL, superseded_by=NULL WHERE superseded_by=?", (fid,))
         self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
         self.con.execute("DELETE FROM fact_history WHERE fact_id=?", (fid,))

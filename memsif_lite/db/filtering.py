@@ -114,12 +114,17 @@ class Filtering(Table):
     def already_present(self, speaker: str, text: str, at: str, source_id: str | None) -> bool:
         """Is this message in the file already: same ``source_id`` and speaker when it has a
         source id, else the same speaker, time and text (indexes from sql/0005)."""
+        return self.present_id(speaker, text, at, source_id) is not None
+
+    def present_id(self, speaker: str, text: str, at: str, source_id: str | None) -> int | None:
+        """The id of the stored message :meth:`already_present` finds, or None."""
         args: tuple[Any, ...]
         if source_id is not None:
-            sql, args = "SELECT 1 FROM messages WHERE source_id=? AND speaker=? LIMIT 1", (source_id, speaker)
+            sql, args = "SELECT id FROM messages WHERE source_id=? AND speaker=? LIMIT 1", (source_id, speaker)
         else:
-            sql, args = "SELECT 1 FROM messages WHERE speaker=? AND at=? AND text=? LIMIT 1", (speaker, at, text)
-        return self.con.execute(sql, args).fetchone() is not None
+            sql, args = "SELECT id FROM messages WHERE speaker=? AND at=? AND text=? LIMIT 1", (speaker, at, text)
+        row = self.con.execute(sql, args).fetchone()
+        return None if row is None else int(row[0])
 
     def only_facts(self, facts: list[CoreFact], f: MessageFilter | None) -> list[CoreFact]:
         """The matching ones among ``facts`` (all of them without a filter)."""
