@@ -70,8 +70,8 @@ def main() -> None:
     args = ap.parse_args()
     n = args.messages
     half = n // 2
-    msgs, table, _, rng = generate(half * 3, seed=args.seed)
-    emb = TableEmbedder(table, rng)
+    msgs, V, index, _ = generate(half * 3, seed=args.seed)
+    emb = TableEmbedder(V, index)
     common, rest = msgs[:half], msgs[half:]
     side = np.random.default_rng(args.seed).permutation(len(rest)) < half
     mine = common + [m for m, s in zip(rest, side, strict=True) if s]
