@@ -10,7 +10,8 @@ Offline rules (no LLM, or the LLM failed):
   never suffice on their own; the interaction memory is consulted, which costs only tokens;
 * evidence: the best-ranked messages (structure-aware ranking), each cut to its most relevant
   sentences when long;
-* answer: extractive — the most relevant evidence sentence (or fact), marked as extractive.
+* answer: extractive (memsif_lite.answers) — a matching current fact, else the evidence sentence
+  sharing the most content words with the question, else "I don't know"; marked as extractive.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
+from .answers import offline_answer
 from .db import Database, MessageRow
 from .errors import NotFoundError
 from .filters import MessageFilter
@@ -193,17 +195,9 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[Evide
 
 
 def extractive_answer(question: str, ctx: Context) -> str:
-    """The best-ranked evidence item's most relevant sentence (or the top fact when facts
-    sufficed); marked with its speaker and date."""
-    if ctx.sufficient and ctx.facts:
-        return ctx.facts[0].stmt
-    if not ctx.evidence:
-        return ctx.facts[0].stmt if ctx.facts else "I don't know: nothing in memory matches the question."
-    qwords = _query_words(question)
-    e = ctx.evidence[0]
-    sents = [x for x in _SENT.split(e.stmt) if x.strip()] or [e.stmt]
-    best = max(range(len(sents)), key=lambda i: (_overlap(sents[i], qwords), -i))
-    return f"{e.speaker} ({e.at:%Y-%m-%d}): {sents[best].strip()}"
+    """The offline answer: a matching current fact first, else the evidence sentence that shares
+    the most of the question's content words (memsif_lite.answers)."""
+    return offline_answer(question, ctx.facts, ctx.evidence, ctx.sufficient)
 
 
 def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str],
