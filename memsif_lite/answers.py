@@ -38,20 +38,25 @@ _SUFFIXES = ("ing", "ed", "es", "s", "e")
 
 
 class FactLike(Protocol):
-    kind: str
-    subject: str
-    stmt: str
-    valid_from: datetime | None
-    valid_to: datetime | None
-    message_ids: tuple[int, ...]
+    @property
+    def subject(self) -> str: ...
+    @property
+    def stmt(self) -> str: ...
+    @property
+    def valid_from(self) -> datetime | None: ...
+    @property
+    def valid_to(self) -> datetime | None: ...
+    @property
+    def message_ids(self) -> tuple[int, ...]: ...
 
 
 class EvidenceLike(Protocol):
-    speaker: str
-    stmt: str
-    at: datetime
-    message_ids: tuple[int, ...]
-
+    @property
+    def speaker(self) -> str: ...
+    @property
+    def stmt(self) -> str: ...
+    @property
+    def message_ids(self) -> tuple[int, ...]: ...
     @property
     def local_at(self) -> datetime: ...
 
@@ -108,13 +113,15 @@ def offline_answer(question: str, facts: Sequence[FactLike], evidence: Sequence[
         return s[0] > 0 if qwords else s[1] > 0
 
     best_fact: tuple[tuple[int, int], FactLike] | None = None
+    best_key: tuple[int, int, int, datetime] | None = None
     for f in facts:
         s = score(f.stmt)
         if not matches(s) or (names and not s[1]):
             continue
-        key = (s[0], s[1], f.valid_to is None)
-        if best_fact is None or key > (*best_fact[0], best_fact[1].valid_to is None):
-            best_fact = (s, f)
+        # more shared words first, then current before superseded, then the latest
+        fkey = (s[0], s[1], int(f.valid_to is None), f.valid_from or datetime.min)
+        if best_key is None or fkey > best_key:
+            best_fact, best_key = (s, f), fkey
     stale = {m for f in facts if f.valid_to is not None for m in f.message_ids}
     best_sent: tuple[tuple[int, int, int], EvidenceLike, str] | None = None
     for e in evidence:
@@ -123,9 +130,9 @@ def offline_answer(question: str, facts: Sequence[FactLike], evidence: Sequence[
             s = score(f"{e.speaker} {sent}")
             if not matches(score(sent) if qwords else s):
                 continue
-            key = (fresh, s[0], s[1])
-            if best_sent is None or key > best_sent[0]:
-                best_sent = (key, e, sent)
+            skey = (fresh, s[0], s[1])
+            if best_sent is None or skey > best_sent[0]:
+                best_sent = (skey, e, sent)
     if best_fact is not None:
         fact_key = best_fact[0]
         sent_better = best_sent is not None and best_sent[0][0] and best_sent[0][1] > fact_key[0]
