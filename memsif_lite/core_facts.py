@@ -66,6 +66,8 @@ _TIME_TAIL = re.compile(r"(?:\s+(?:for|about|almost|over|nearly))?(?:\s+(?:\d+|a
                         r"eight|nine|ten|a few|a couple of|several|many))?\s+(?:years?|months?|weeks?|days?)$", re.I)
 _DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_FILLER_TAIL = re.compile(r"\s+(?:either|too|as well|also|anyway|though|lol|haha)$", re.I)
+_ABBREV = re.compile(r"\b(?:St|Dr|Mr|Mrs|Ms|Prof|Mt|Jr|Sr|vs|etc|e\.g|i\.e)\.$")
 _WHEN = re.compile(rf"\b(?:tomorrow|tonight|(?:next|this) (?:week|weekend|month|year|{_DAYS})|on (?:{_DAYS})|"
                    rf"in (?:{_MONTHS})|on \d{{1,2}}(?:st|nd|rd|th)? (?:{_MONTHS})|in \d{{4}})\b", re.I)
 _CHANGE = re.compile(r"\b(?:now|moved|relocated|new|switched|changed|no longer|anymore|these days|recently became)\b",
@@ -88,10 +90,11 @@ Fmt = Callable[[str, re.Match, str], str]
 # (type, slot or None, regex, formatter(subject, match, date) -> stmt, the statement reports a change)
 _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
     ("Identity", "lives in",
-     re.compile(r"\bI(?:'m| am)? ?(?:now |currently |still )?(?:live|living) in ([A-Z][^.!?]*)"),
+     re.compile(r"\bI(?:'m| am)? ?(?:now |currently |still )?(?:live|living) in ((?:(?:St|Mt|Ft)\. )?[A-Z][^.!?]*)"),
      lambda s, m, d: f"{s} lives in {_place(m.group(1))}", False),
     ("Identity", "lives in",
-     re.compile(r"\bI(?:'ve| have)? ?(?:just |recently |finally )?(?:moved|relocated) to ([A-Z][^.!?]*)"),
+     re.compile(r"\bI(?:'ve| have)? ?(?:just |recently |finally )?(?:moved|relocated) to "
+                r"((?:(?:St|Mt|Ft)\. )?[A-Z][^.!?]*)"),
      lambda s, m, d: f"{s} lives in {_place(m.group(1))}", True),
     ("Identity", "is from", re.compile(r"\bI(?:'m| am) (?:originally )?from ([A-Z][^.!?]*)"),
      lambda s, m, d: f"{s} is from {_place(m.group(1))}", False),
@@ -99,14 +102,16 @@ _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
      lambda s, m, d: f"{s} works as {_obj(m.group(1))}", False),
     ("Identity", "works as", re.compile(r"\bI (?:just |recently |finally )?got promoted to ([^.!?]*)"),
      lambda s, m, d: f"{s} works as {_obj(m.group(1))}", True),
-    ("Identity", "works at", re.compile(r"\bI(?:'m| am)? ?(?:now |currently )?work(?:ing)? (?:at|for) ([^.!?]*)", re.I),
+    ("Identity", "works at", re.compile(r"\bI(?:'m| am)? ?(?:now |currently )?work(?:ing)? (?:at|for) "
+                                        r"((?:(?:St|Dr|Mt|Ft)\. )?[^.!?]*)", re.I),
      lambda s, m, d: f"{s} works at {_obj(m.group(1))}", False),
     ("Identity", "works at",
      re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:got|started|landed|accepted|began) (?:a |my )?"
                 r"(?:new )?(?:job|position|role)(?: as an? [a-z ]+?)? (?:at|with|for) ([^.!?]*)"),
      lambda s, m, d: f"{s} works at {_obj(m.group(1))}", True),
     ("Identity", "works at",
-     re.compile(r"\bI(?:'ve| have)? (?:just |recently )?(?:started|began) working (?:at|for) ([^.!?]*)"),
+     re.compile(r"\bI(?:'ve| have)? (?:just |recently )?(?:started|began) working (?:at|for) "
+                r"((?:(?:St|Dr|Mt|Ft)\. )?[^.!?]*)"),
      lambda s, m, d: f"{s} works at {_obj(m.group(1))}", True),
     ("Identity", "name", re.compile(r"\b[Mm]y name is ([A-Z][a-z]+(?: [A-Z][a-z]+)?)"),
      lambda s, m, d: f"{s}'s name is {m.group(1)}", False),
@@ -143,7 +148,7 @@ _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
      lambda s, m, d: f"{s}'s favourite {m.group(1).lower()} is {_obj(m.group(2))}", False),
     ("Event", "habit", re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(stopped|quit|gave up|no longer) "
                                   r"([a-z]+ing\b[^.!?]*)"),
-     lambda s, m, d: f"{s} stopped {_obj(m.group(2), 4)} (around {d})", True),
+     lambda s, m, d: f"{s} {_stopped(m.group(1))} {_obj(m.group(2), 4)} (around {d})", True),
     ("Event", "habit", re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(started|took up|began) "
                                   r"([a-z]+ing\b[^.!?]*)"),
      lambda s, m, d: f"{s} started {_obj(m.group(2), 4)} (around {d})", False),
@@ -151,8 +156,8 @@ _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
                                   r"[a-z]{3,}) now\b"),
      lambda s, m, d: f"{s} {_verb3(m.group(1))} now (as of {d})", True),
     ("Event", None,
-     re.compile(r"\bI (?:just |recently |finally |have |'ve )?(adopted|started|finished|joined|signed|visited|"
-                r"graduated from|bought|won|ran|completed|quit|launched|published) ([^.!?]+)"),
+     re.compile(r"\bI (?:just |recently |finally |have |'ve )?(adopted|finished|joined|signed|visited|graduated from|"
+                r"bought|won|ran|completed|launched|published|(?:started|quit)(?! [a-z]+ing\b)) ([^.!?]+)"),
      lambda s, m, d: f"{s} {m.group(1)} {_obj(m.group(2))} (around {d})", False),
     ("Event", None, re.compile(r"\bI(?:'m| am) (?:going|planning|hoping|scheduled|supposed) to ([^.!?]+)|"
                                r"\bI(?:'ll| will| plan to) ([^.!?]+)"),
@@ -164,7 +169,7 @@ def _obj(text: str, max_words: int = 8) -> str:
     """The object phrase up to a clause boundary; "" when it is cut mid-phrase or too long (so
     the statement is dropped rather than stored truncated)."""
     head = _STOP_AT.split(text.strip(), maxsplit=1)[0].strip().rstrip(" '\"")
-    head = _TIME_TAIL.sub("", head).strip()
+    head = _FILLER_TAIL.sub("", _TIME_TAIL.sub("", head)).strip()
     words = head.split()
     if not words or len(words) > max_words or words[-1].lower() in _DANGLING:
         return _CUT
@@ -205,6 +210,21 @@ def _family(event: str) -> str:
     if e.startswith(("am ", "are ", "is ")):
         return "is " + e.split(" ", 1)[1]
     return re.sub(r"^had (?:our|her|his|their) ", "had a ", e).replace("were born", "was born")
+
+
+def _stopped(verb: str) -> str:
+    return "stopped" if verb == "no longer" else verb
+
+
+def _sentences(text: str) -> list[str]:
+    """Sentences (and lines) of a message; "St. Mary's" does not end one."""
+    out: list[str] = []
+    for piece in re.split(r"(?<=[.!?])\s+|\n", text):
+        if out and _ABBREV.search(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
 
 
 def _verb3(v: str) -> str:
@@ -271,7 +291,7 @@ def extract_offline(messages: Sequence[MessageRow], schema: Sequence[FactType]) 
     for msg in messages:
         mid, speaker, text, at = msg.id, msg.speaker, msg.text, msg.at
         day = at[:10]
-        for sentence in re.split(r"(?<=[.!?])\s+|\n", text):
+        for sentence in _sentences(text):
             for ftype, slot, rx, fmt, change in _RULES:
                 if ftype.lower() not in allowed:
                     continue
@@ -439,9 +459,12 @@ class CoreFactWriter:
         fid = facts.insert(subject=c.subject, ftype=c.type, stmt=op.stmt, slot=c.slot, valid_from=c.at, now=now,
                            origin=c.origin, vector=vec, message_ids=c.message_ids)
         if op.name == "supersede" and op.target is not None:
-            facts.supersede(op.target, by=fid, valid_to=c.at, now=now)
-            facts.log(op.target, "superseded", facts.stmt(op.target), f"superseded by fact {fid}", now)
-            facts.log(fid, "supersede", op.stmt, f"supersedes fact {op.target}", now)
+            targets = [op.target] + [r.id for r in facts.current_like(c.subject, c.type) if c.change and c.slot
+                                     and r.slot == c.slot and r.id not in (op.target, fid) and r.valid_from < c.at]
+            for target in targets:  # a stated change ends every earlier value of the slot
+                facts.supersede(target, by=fid, valid_to=c.at, now=now)
+                facts.log(target, "superseded", facts.stmt(target), f"superseded by fact {fid}", now)
+                facts.log(fid, "supersede", op.stmt, f"supersedes fact {target}", now)
         else:
             facts.log(fid, "add", op.stmt, None, now)
         return fid
