@@ -9,7 +9,7 @@ cover the same questions). For every split of the conversations into 3 "developm
 rest "held-out", the variant with the best development score (mean of evidence recall and answer
 coverage over all questions at ``--budget``) is chosen, and its held-out figures are reported
 next to the flat systems' on the same held-out questions (flat systems do not depend on the
-variant: they are read from the first file). The last rows average the held-out figures over
+variant: they are read from the first file that has them). The last rows average the held-out figures over
 all splits; "all" rows are the figures on every conversation.
 """
 
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     runs = [(p, json.loads(Path(p).read_text())) for p in args.results]
-    base = runs[0][1]
+    base = next((r for _, r in runs if any(s in FLAT for s in r["systems"])), runs[0][1])
     convs = sorted({q[0] for q in base["questions"]})
     flats = [s for s in base["systems"] if s in FLAT and s != "recency"]
     splits = []

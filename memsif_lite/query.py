@@ -26,7 +26,7 @@ import numpy as np
 
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
-from .answers import offline_answer
+from .answers import content_words, offline_answer
 from .db import Database, MessageRow
 from .errors import NotFoundError
 from .filters import MessageFilter
@@ -46,6 +46,9 @@ MAX_FACTS = 6
 #: offline, only the best-ranked evidence items feed the ActiveFact track (the rest is context)
 OFFLINE_ACCUMULATE = 2
 MAX_EVIDENCE_TOKENS = 60
+#: offline evidence below the top hit needs this many content words (lower-case, not stop words;
+#: a number always counts as enough): greetings, thanks and acknowledgements are left out; 0: off
+LOW_INFO_WORDS = 1
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
@@ -200,11 +203,22 @@ def extractive_answer(question: str, ctx: Context) -> str:
     return offline_answer(question, ctx.facts, ctx.evidence, ctx.sufficient)
 
 
+def low_information(text: str, min_words: int) -> bool:
+    """A greeting, thanks or acknowledgement: no number and fewer than ``min_words`` content
+    words once stop words and capitalised words (names) are left out."""
+    if min_words <= 0 or any(ch.isdigit() for ch in text):
+        return False
+    lower = content_words(" ".join(w for w in text.split() if not w[:1].isupper()))
+    return len(lower) < min_words
+
+
 def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str],
                       limit: int) -> list[EvidenceItem]:
     out = []
-    for mid in ranked[:limit]:
+    for i, mid in enumerate(ranked[:limit]):
         r = rows[mid]
+        if i > 0 and low_information(r.text, LOW_INFO_WORDS):
+            continue
         at = from_stored(r.at)
         stmt = _trim(r.text, qwords)  # relative dates resolve on the speaker's local date
         out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),

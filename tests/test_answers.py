@@ -88,3 +88,23 @@ def test_facts_that_sufficed_answer_directly():
 def test_content_words_stem_and_drop_question_words():
     assert content_words("Where does Maya live?") == {"maya", "liv"}
     assert content_words("She lives there; living, lived") == {"liv"}
+
+
+def test_low_information_lines_are_greetings_thanks_and_acknowledgements():
+    from memsif_lite.query import low_information
+
+    for text in ("Thanks!", "Wow, that is amazing, Mel!", "Haha yeah, same here"):
+        assert low_information(text, 1), text
+    for text in ("I love pottery so much", "Yes, since 2020!", "Congrats on the new job!"):
+        assert not low_information(text, 1), text
+    assert not low_information("Thanks!", 0)  # 0: off
+
+
+def test_context_leaves_out_filler_below_the_top_hit(memory):
+    mem = memory()
+    mem.add("Ana", "Thanks so much, that is amazing!", at="2024-01-01T10:00:00")
+    mem.add("Ana", "My violin exam went well, I got a distinction.", at="2024-01-01T10:01:00")
+    mem.add("Ben", "Wow, amazing!", at="2024-01-01T10:02:00")
+    texts = [e.stmt for e in mem.context("How did Ana's violin exam go?", budget_tokens=500).evidence]
+    assert "My violin exam went well, I got a distinction." in texts
+    assert "Wow, amazing!" not in texts[1:] and "Thanks so much, that is amazing!" not in texts[1:]
