@@ -12,18 +12,29 @@ are retrieved and one operation is chosen:
   queryable for historical questions.
 
 Offline the operation is: Merge for an exact duplicate (same subject, type, normalised
-statement); Supersede when a single-valued attribute (``slot``: where someone lives, is from,
-works, their name, age, a favourite) gets a different value from a later message; else Add.
-Every change is written to ``fact_history``.
+statement); Supersede when a slot (one kind of value: where someone lives, works *at*, works
+*as*, their name, age, diet, a favourite, one habit) gets a different value from a later message
+that states a change ("I moved to", "now", a new job, a promotion, "I stopped …") — every earlier
+value of that slot then ends — or when the slot holds one value only (name, age, diet, a
+favourite); else Add ("I live in De Pijp" after "I live in Amsterdam" refines, it does not
+replace). Every change is written to ``fact_history``.
 
-The offline extractor only turns first-person sentences of these shapes into facts; it never
-infers anything else (the subject is the speaker):
+The offline extractor only turns first-person sentences of these shapes into facts, precision
+first: a statement whose object would be cut mid-phrase (too long, ending in "like our", a
+trailing "three years") is dropped, never stored truncated; first-person words inside the object
+become third-person ("my parents" → "their parents"); the subject is the speaker:
 
-* Identity: "I live in / I moved to / I'm from / I work as|at|for / my name is / I'm N years old"
+* Identity: "I live in / I moved to / I'm from / I work as / I work at|for / I got a new job at /
+  I got promoted to / my name is / I'm N years old / I'm vegetarian|vegan / I went vegan / I'm
+  allergic to X / I have a X allergy / I don't|can't eat X / I have diabetes|asthma… / I'm
+  lactose intolerant|diabetic|pregnant"
 * Relation: "my sister|brother|mom|dad|wife|husband|partner|son|daughter|friend|dog|cat… (named) X"
 * Preference: "I love|like|enjoy|adore|hate|prefer X", "my favourite K is X"
 * Event: "I adopted|started|finished|joined|signed|visited|graduated|bought|won|ran|completed|
-  quit|launched|published X", dated with the message's date.
+  quit|launched|published X", "I was diagnosed with X", family events ("my sister got married",
+  "we had a baby", "my grandma passed away"), habits ("I started|stopped|quit|gave up X-ing",
+  "I swim now"), plans with a date ("I'm going to X on Sunday / next week / in October"), dated
+  with the message's date.
 """
 
 from __future__ import annotations
