@@ -74,3 +74,15 @@ def test_locomo_benchmark_llm_accuracy_path(tmp_path, llm_server):
     assert acc["accuracy"]["all"] == 1.0 and acc["model"] == "openai/test-model"
     assert acc["llm_calls_per_question"] >= 2 and acc["tokens_per_question"] > 0
     assert any(req["messages"][0]["content"].startswith("You grade an answer") for req in llm_server.requests)
+
+
+def test_answer_coverage_normalises_dates_months_and_stop_words():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _coverage import coverage, words
+
+    assert words("[2023-05-08] Caroline: on 8 May, 2023") == {"8", "5", "2023", "caroline"}
+    assert words("07 Sept") == {"7", "9"}
+    assert coverage("7 May 2023", words("- [2023-05-07] Mel: the week of Sun 7 May 2023")) == 1.0
+    assert coverage("The week of 9 June 2023", words("Jun 9 2023")) == 0.75  # "week" missing
+    assert coverage("the", words("anything")) is None  # no content word: not scored
+    assert coverage("Pottery and camping", words("she likes pottery")) == 0.5
