@@ -49,6 +49,8 @@ MAX_EVIDENCE_TOKENS = 60
 #: offline evidence below the top hit needs this many content words (lower-case, not stop words;
 #: a number always counts as enough): greetings, thanks and acknowledgements are left out; 0: off
 LOW_INFO_WORDS = 1
+#: offline, the reply to each of this many best-ranked messages that ask something follows it; 0: off
+REPLY_OF_TOP = 0
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
@@ -203,6 +205,22 @@ def extractive_answer(question: str, ctx: Context) -> str:
     return offline_answer(question, ctx.facts, ctx.evidence, ctx.sufficient)
 
 
+def with_replies(ranked: Sequence[int], rows: dict[int, MessageRow], top: int) -> list[int]:
+    """The ranking with the reply to each of the ``top`` best-ranked messages that ask something
+    placed right after it (a "Yes, since 2020!" is found through its question): the next message,
+    by another speaker, in the same session, within a day."""
+    out: list[int] = []
+    for i, mid in enumerate(ranked):
+        if mid in out:
+            continue
+        out.append(mid)
+        r, nxt = rows[mid], rows.get(mid + 1)
+        if (i < top and nxt is not None and "?" in r.text and nxt.speaker != r.speaker and nxt.session == r.session
+                and nxt.id not in out and (from_stored(nxt.at) - from_stored(r.at)).total_seconds() < 86400):
+            out.append(nxt.id)
+    return out
+
+
 def low_information(text: str, min_words: int) -> bool:
     """A greeting, thanks or acknowledgement: no number and fewer than ``min_words`` content
     words once stop words and capitalised words (names) are left out."""
@@ -318,7 +336,10 @@ class QueryPipeline:
             lap("retrieval")
             got = self._llm_evidence(question, ranked) if self.llm is not None else None
             if got is None:
-                got = _offline_evidence(self.db.messages.many(ranked[:60]), ranked, _query_words(question), 60)
+                nxt = [m + 1 for m in ranked[:REPLY_OF_TOP]] if flt is None else []  # a filter may exclude them
+                rows = self.db.messages.many(ranked[:60] + nxt)
+                ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
+                got = _offline_evidence(rows, ranked, _query_words(question), 60)
             evidence = got
             lap("evidence")
         text, shown_facts, shown_evidence = _assemble(question, facts, evidence, budget_tokens)
