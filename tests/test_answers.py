@@ -108,3 +108,17 @@ def test_context_leaves_out_filler_below_the_top_hit(memory):
     texts = [e.stmt for e in mem.context("How did Ana's violin exam go?", budget_tokens=500).evidence]
     assert "My violin exam went well, I got a distinction." in texts
     assert "Wow, amazing!" not in texts[1:] and "Thanks so much, that is amazing!" not in texts[1:]
+
+
+def test_the_reply_to_a_top_ranked_question_follows_it():
+    from memsif_lite.db.rows import MessageRow
+    from memsif_lite.query import with_replies
+
+    rows = {1: MessageRow(1, "Ana", "How long have you played the violin?", "2024-01-01T10:00:00", "1", None),
+            2: MessageRow(2, "Ben", "Since 2015!", "2024-01-01T10:01:00", "1", None),
+            3: MessageRow(3, "Ana", "Cool. Any exams?", "2024-01-01T10:02:00", "1", None),
+            4: MessageRow(4, "Ana", "Hello?", "2024-01-01T10:03:00", "2", None),
+            5: MessageRow(5, "Ben", "Hi!", "2024-01-01T10:04:00", "3", None)}
+    assert with_replies([1, 3, 4], rows, 5) == [1, 2, 3, 4]      # 3's next is Ana's own; 4's is another session
+    assert with_replies([3, 1], rows, 1) == [3, 1]               # only the top 1 is expanded
+    assert with_replies([1, 2], rows, 0) == [1, 2]               # 0: off
