@@ -50,7 +50,7 @@ MAX_EVIDENCE_TOKENS = 60
 #: a number always counts as enough): greetings, thanks and acknowledgements are left out; 0: off
 LOW_INFO_WORDS = 1
 #: offline, the reply to each of this many best-ranked messages that ask something follows it; 0: off
-REPLY_OF_TOP = 0
+REPLY_OF_TOP = 5
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
