@@ -8,10 +8,10 @@ Rules, in order:
    so "Where does Maya live?" is answered by "Maya lives in Porto", not by the Lisbon fact it
    superseded; a superseded fact answers only when it matches the question better (e.g. the
    question names the old value);
-3. else the evidence sentence sharing the most content words with the question (ties: the
-   better-ranked evidence); a sentence from a message that backs a superseded fact is used only
-   when nothing else matches; a sentence sharing only a name ("I'm Sam.") does not answer
-   "What sport does Sam play?";
+3. else the evidence sentence (or the two sentences of one message) sharing the most content
+   words with the question (ties: the better-ranked evidence); a sentence from a message that
+   backs a superseded fact is used only when nothing else matches; a sentence sharing only a
+   name ("I'm Sam.") does not answer "What sport does Sam play?";
 4. else "I don't know".
 
 "When" questions carry the resolved date: a fact's date, or the sentence's relative times
@@ -126,13 +126,25 @@ def offline_answer(question: str, facts: Sequence[FactLike], evidence: Sequence[
     best_sent: tuple[tuple[int, int, int], EvidenceLike, str] | None = None
     for e in evidence:
         fresh = 0 if set(e.message_ids) & stale else 1
-        for sent in (x.strip() for x in _SENT.split(e.stmt) if x.strip()):
-            s = score(f"{e.speaker} {sent}")
-            if not matches(score(sent) if qwords else s):
-                continue
-            skey = (fresh, s[0], s[1])
-            if best_sent is None or skey > best_sent[0]:
-                best_sent = (skey, e, sent)
+        sents = [x.strip() for x in _SENT.split(e.stmt) if x.strip()]
+        # the fewest sentences (at most 2, in order) that share the most question words
+        ranked = sorted(range(len(sents)), key=lambda i: (-len(content_words(sents[i]) & qwords), i))
+        keep: list[int] = []
+        have: set[str] = set()
+        for i in ranked[:2]:
+            got = content_words(sents[i]) & qwords
+            if got - have or (not qwords and not keep):
+                keep.append(i)
+                have |= got
+        text = " ".join(sents[i] for i in sorted(keep))
+        if not text:
+            continue
+        s = score(f"{e.speaker} {text}")
+        if not matches(score(text) if qwords else s):
+            continue
+        skey = (fresh, s[0], s[1])
+        if best_sent is None or skey > best_sent[0]:
+            best_sent = (skey, e, text)
     if best_fact is not None:
         fact_key = best_fact[0]
         sent_better = best_sent is not None and best_sent[0][0] and best_sent[0][1] > fact_key[0]

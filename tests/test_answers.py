@@ -122,3 +122,10 @@ def test_the_reply_to_a_top_ranked_question_follows_it():
     assert with_replies([1, 3, 4], rows, 5) == [1, 2, 3, 4]      # 3's next is Ana's own; 4's is another session
     assert with_replies([3, 1], rows, 1) == [3, 1]               # only the top 1 is expanded
     assert with_replies([1, 2], rows, 0) == [1, 2]               # 0: off
+
+
+def test_two_sentences_of_one_message_beat_a_fact_that_shares_less():
+    adopted = _fact(5, "Leo adopted a dog from the shelter", subject="Leo")
+    ev = _ev(6, "Leo", "Big news, I adopted a dog from the shelter! Her name is Pixel. She sleeps a lot.")
+    ans = offline_answer("What is the name of Leo's dog?", [adopted], [ev], False)
+    assert ans == "Leo (2024-03-16): Big news, I adopted a dog from the shelter! Her name is Pixel."
