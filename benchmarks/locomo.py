@@ -53,6 +53,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CachedEmbedder, conversation_files, machine, peak_rss_mb  # noqa: E402
+from _coverage import coverage, words  # noqa: E402
 
 CATEGORIES = {4: "single_hop", 1: "multi_hop", 2: "temporal", 3: "knowledge"}
 ALL_SYSTEMS = ["memsif", "naive_rag", "bm25", "hybrid_rag", "recency", "memsif_no_segments", "memsif_no_trajectories"]
@@ -129,11 +130,17 @@ def run(args) -> dict:
     budgets = [int(b) for b in args.budgets.split(",")]
     real = OnnxEmbedder()
     cached = CachedEmbedder(real, cache_name="locomo") if not args.no_cache else real
-    ablation = {"memsif": Config(), "memsif_no_segments": Config(segment_weight=0.0),
-                "memsif_no_trajectories": Config(trajectory_weight=0.0)}
+    knobs = apply_settings(args.set or [])
+    ablation = {"memsif": Config(**knobs), "memsif_no_segments": Config(**{**knobs, "segment_weight": 0.0}),
+                "memsif_no_trajectories": Config(**{**knobs, "trajectory_weight": 0.0})}
     convs = conversation_files(args.data)
+    if args.convs:
+        wanted = args.convs.split(",")
+        convs = [(sid, s) for sid, s in convs if sid in wanted or sid.split("-")[-1] in wanted]
     totals = {s: {"turns": 0, "ingest_s": 0.0, "bytes": 0, "lat": []} for s in systems}
-    per_q: dict[str, dict[int, list[tuple[str, bool, float]]]] = {s: {b: [] for b in budgets} for s in systems}
+    # per question: (conversation, category, nce, evidence recall, answer coverage or None)
+    per_q: dict[str, dict[int, list[tuple[str, str, bool, float, float | None]]]] = {
+        s: {b: [] for b in budgets} for s in systems}
     n_questions = n_turns = 0
     embed_s_total = 0.0
     with tempfile.TemporaryDirectory() as d:
@@ -146,8 +153,8 @@ def run(args) -> dict:
             embed_s = time.perf_counter() - t0
             embed_s_total += embed_s
             vecs = cached.embed(texts, kind="passage")
-            cost = {t["source_id"]: count_tokens(f"[{to_stored(t['at'])[:10]}] {t['speaker']}: {t['text']}")
-                    for t in turns}
+            line = {t["source_id"]: f"[{to_stored(t['at'])[:10]}] {t['speaker']}: {t['text']}" for t in turns}
+            cost = {sid_: count_tokens(text) for sid_, text in line.items()}
             store_s: dict[str, float] = {}
             size: dict[str, int] = {}
             mems: dict[str, Memory] = {}
@@ -192,12 +199,16 @@ def run(args) -> dict:
                         if s in FLAT:
                             assert flat is not None
                             order = [flat_src[m] for m in flat.ranking(s, question, real_query(cached, question))]
-                            have = set(pack(order, cost, b))
+                            chosen = pack(order, cost, b)
+                            have = set(chosen)
+                            text = "\n".join(line[c] for c in chosen)
                         else:
-                            have = {mem_src[m] for m in mems[s].context(question, budget_tokens=b).message_ids}
+                            ctx = mems[s].context(question, budget_tokens=b)
+                            have = {mem_src[m] for m in ctx.message_ids}
+                            text = ctx.text
                         totals[s]["lat"].append((time.perf_counter() - t0) * 1000)
                         rec = sum(g in have for g in gold) / len(gold)
-                        per_q[s][b].append((cat, is_nce, rec))
+                        per_q[s][b].append((sid, cat, is_nce, rec, coverage(q.get("answer", ""), words(text))))
             for m in mems.values():
                 m.close()
             if flat is not None:
@@ -208,24 +219,78 @@ def run(args) -> dict:
     out: dict = {"data": {"conversations": len(convs), "questions": n_questions, "turns": n_turns},
                  "systems": {}, "budgets": budgets, "date": date.today().isoformat(), "machine": machine(),
                  "embedding_turns_per_s": round(n_turns / embed_s_total, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
+    out["questions"] = [[sid, c, n] for sid, c, n, _, _ in per_q[systems[0]][budgets[0]]] if systems else []
     for s in systems:
-        rec = {}
-        for b in budgets:
-            def avg(sel, rows=per_q[s][b]):
-                vals = [r for c, n, r in rows if sel(c, n)]
-                return round(float(np.mean(vals)), 4) if vals else None
-            rec[str(b)] = {"all": avg(lambda c, n: True), **{name: avg(lambda c, n, name=name: c == name)
-                                                             for name in CATEGORIES.values()},
-                           "nce": avg(lambda c, n: n)}
         lat = totals[s]["lat"]
         out["systems"][s] = {
-            "recall": rec,
+            **summarise(per_q[s], budgets),
+            "per_question": {str(b): [[r, c] for _, _, _, r, c in per_q[s][b]] for b in budgets},
             "ingest_turns_per_s": round(totals[s]["turns"] / totals[s]["ingest_s"], 1),
             "query_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat else None,
             "query_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat else None,
             "file_bytes_per_turn": round(totals[s]["bytes"] / totals[s]["turns"], 1),
         }
+    out["settings"] = knobs_shown(args.set or [])
     return out
+
+
+SUBSETS = ("all", *CATEGORIES.values(), "nce")
+
+
+def _mean(vals: list[float]) -> float | None:
+    return round(float(np.mean(vals)), 4) if vals else None
+
+
+def summarise(rows_by_budget: dict, budgets: list[int], keep=lambda sid: True) -> dict:
+    """Evidence recall, answer coverage and the share of fully covered questions per budget and
+    subset; ``rows`` are (conversation, category, nce, recall, coverage) per question."""
+    out: dict = {"recall": {}, "coverage": {}, "fully_covered": {}}
+    for b in budgets:
+        rows = [r for r in rows_by_budget[b] if keep(r[0])]
+        for key in out:
+            out[key][str(b)] = {}
+        for sub in SUBSETS:
+            sel = [r for r in rows if sub == "all" or r[1] == sub or (sub == "nce" and r[2])]
+            cov = [r[4] for r in sel if r[4] is not None]
+            out["recall"][str(b)][sub] = _mean([r[3] for r in sel])
+            out["coverage"][str(b)][sub] = _mean(cov)
+            out["fully_covered"][str(b)][sub] = _mean([float(c >= 1.0) for c in cov])
+    return out
+
+
+def rows_of(res: dict, system: str) -> dict[int, list[tuple]]:
+    """A result file's per-question rows of one system (see :func:`summarise`)."""
+    q = res["questions"]
+    pq = res["systems"][system]["per_question"]
+    return {int(b): [(sid, c, n, r, cv) for (sid, c, n), (r, cv) in zip(q, pq[b], strict=True)] for b in pq}
+
+
+def apply_settings(settings: list[str]) -> dict:
+    """``NAME=VALUE`` knobs for the memsif systems: a ``Config`` field (returned, passed to
+    Config) or ``module.CONSTANT`` of memsif_lite (set in this process, e.g. query.MAX_FACTS)."""
+    import dataclasses
+    import importlib
+
+    from memsif_lite import Config
+
+    fields = {f.name for f in dataclasses.fields(Config)}
+    knobs: dict = {}
+    for item in settings:
+        name, _, raw = item.partition("=")
+        value = json.loads(raw) if raw not in ("", None) else None
+        if name in fields:
+            knobs[name] = value
+            continue
+        mod, _, const = name.rpartition(".")
+        module = importlib.import_module(f"memsif_lite.{mod}")
+        if not mod or not hasattr(module, const):
+            raise SystemExit(f"unknown setting {name!r}")
+        setattr(module, const, value)
+    return knobs
+
+
+def knobs_shown(settings: list[str]) -> dict:
+    return {k: json.loads(v) for k, _, v in (s.partition("=") for s in settings)}
 
 
 JUDGE_SYSTEM = (
@@ -284,20 +349,29 @@ def accuracy(args) -> dict:
 
 
 def table(res: dict) -> str:
+    """Evidence recall (with costs), then answer coverage / fully covered, per system."""
     budgets = res["budgets"]
-    lines = ["| system | " + " | ".join(f"all@{b}" for b in budgets) + " | " +
-             " | ".join(f"{c}@{budgets[len(budgets) // 2]}"
-                        for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce"))
-             + " | ingest turns/s | query ms p50/p95 | bytes/turn |",
-             "|---" * (len(budgets) + 9) + "|"]
     mid = str(budgets[len(budgets) // 2])
+    cats = ("single_hop", "multi_hop", "temporal", "knowledge", "nce")
+
+    def f(v):
+        return f"{v:.3f}" if v is not None else "–"
+
+    lines = ["| system | " + " | ".join(f"all@{b}" for b in budgets) + " | " + " | ".join(f"{c}@{mid}" for c in cats)
+             + " | ingest turns/s | query ms p50/p95 | bytes/turn |", "|---" * (len(budgets) + 9) + "|"]
     for name, s in res["systems"].items():
         r = s["recall"]
-        lines.append(f"| {name} | " + " | ".join(f"{r[str(b)]['all']:.3f}" for b in budgets) + " | " +
-                     " | ".join(f"{r[mid][c]:.3f}" if r[mid][c] is not None else "–"
-                                for c in ("single_hop", "multi_hop", "temporal", "knowledge", "nce")) +
+        lines.append(f"| {name} | " + " | ".join(f(r[str(b)]["all"]) for b in budgets) + " | " +
+                     " | ".join(f(r[mid][c]) for c in cats) +
                      f" | {s['ingest_turns_per_s']} | {s['query_ms_p50']}/{s['query_ms_p95']}"
                      f" | {s['file_bytes_per_turn']:.0f} |")
+    lines += ["", "answer coverage (fully covered)",
+              "| system | " + " | ".join(f"all@{b}" for b in budgets) + " | " + " | ".join(f"{c}@{mid}" for c in cats)
+              + " |", "|---" * (len(budgets) + 6) + "|"]
+    for name, s in res["systems"].items():
+        cv, fc = s["coverage"], s["fully_covered"]
+        lines.append(f"| {name} | " + " | ".join(f"{f(cv[str(b)]['all'])} ({f(fc[str(b)]['all'])})" for b in budgets)
+                     + " | " + " | ".join(f"{f(cv[mid][c])} ({f(fc[mid][c])})" for c in cats) + " |")
     return "\n".join(lines)
 
 
@@ -331,6 +405,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--systems", default=",".join(ALL_SYSTEMS))
     ap.add_argument("--budgets", default="500,1000,2000")
+    ap.add_argument("--convs", default=None, help="only these conversations (comma-separated sample ids)")
+    ap.add_argument("--set", action="append", metavar="NAME=VALUE",
+                    help="a memsif knob: a Config field or memsif_lite module.CONSTANT (JSON value); repeatable")
     ap.add_argument("--no-cache", action="store_true", help="do not use the on-disk vector cache")
     ap.add_argument("--llm", default=None, help="litellm model: also measure answer accuracy with memsif + this LLM")
     ap.add_argument("--judge", default=None, help="litellm model of the answer judge (default: --llm)")
@@ -350,7 +427,9 @@ def main() -> None:
             for name in res["systems"]:
                 out = Path(d) / f"{name}.json"
                 subprocess.run([sys.executable, __file__, "--data", args.data, "--out", str(out), "--systems", name,
-                                "--budgets", args.budgets] + (["--no-cache"] if args.no_cache else []),
+                                "--budgets", args.budgets] + (["--no-cache"] if args.no_cache else [])
+                               + (["--convs", args.convs] if args.convs else [])
+                               + [f"--set={x}" for x in (args.set or [])],
                                check=True, capture_output=True)
                 res["systems"][name]["peak_rss_mb"] = json.loads(out.read_text())["peak_rss_mb"]
         res["peak_rss_per_system"] = True

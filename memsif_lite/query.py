@@ -10,7 +10,8 @@ Offline rules (no LLM, or the LLM failed):
   never suffice on their own; the interaction memory is consulted, which costs only tokens;
 * evidence: the best-ranked messages (structure-aware ranking), each cut to its most relevant
   sentences when long;
-* answer: extractive — the most relevant evidence sentence (or fact), marked as extractive.
+* answer: extractive (memsif_lite.answers) — a matching current fact, else the evidence sentence
+  sharing the most content words with the question, else "I don't know"; marked as extractive.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
+from .answers import content_words, offline_answer
 from .db import Database, MessageRow
 from .errors import NotFoundError
 from .filters import MessageFilter
@@ -44,6 +46,11 @@ MAX_FACTS = 6
 #: offline, only the best-ranked evidence items feed the ActiveFact track (the rest is context)
 OFFLINE_ACCUMULATE = 2
 MAX_EVIDENCE_TOKENS = 60
+#: offline evidence below the top hit needs this many content words (lower-case, not stop words;
+#: a number always counts as enough): greetings, thanks and acknowledgements are left out; 0: off
+LOW_INFO_WORDS = 1
+#: offline, the reply to each of this many best-ranked messages that ask something follows it; 0: off
+REPLY_OF_TOP = 5
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
@@ -204,24 +211,43 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[Evide
 
 
 def extractive_answer(question: str, ctx: Context) -> str:
-    """The best-ranked evidence item's most relevant sentence (or the top fact when facts
-    sufficed); marked with its speaker and date."""
-    if ctx.sufficient and ctx.facts:
-        return ctx.facts[0].stmt
-    if not ctx.evidence:
-        return ctx.facts[0].stmt if ctx.facts else "I don't know: nothing in memory matches the question."
-    qwords = _query_words(question)
-    e = ctx.evidence[0]
-    sents = [x for x in _SENT.split(e.stmt) if x.strip()] or [e.stmt]
-    best = max(range(len(sents)), key=lambda i: (_overlap(sents[i], qwords), -i))
-    return f"{e.speaker} ({e.at:%Y-%m-%d}): {sents[best].strip()}"
+    """The offline answer: a matching current fact first, else the evidence sentence that shares
+    the most of the question's content words (memsif_lite.answers)."""
+    return offline_answer(question, ctx.facts, ctx.evidence, ctx.sufficient)
+
+
+def with_replies(ranked: Sequence[int], rows: dict[int, MessageRow], top: int) -> list[int]:
+    """The ranking with the reply to each of the ``top`` best-ranked messages that ask something
+    placed right after it (a "Yes, since 2020!" is found through its question): the next message,
+    by another speaker, in the same session, within a day."""
+    out: list[int] = []
+    for i, mid in enumerate(ranked):
+        if mid in out:
+            continue
+        out.append(mid)
+        r, nxt = rows[mid], rows.get(mid + 1)
+        if (i < top and nxt is not None and "?" in r.text and nxt.speaker != r.speaker and nxt.session == r.session
+                and nxt.id not in out and (from_stored(nxt.at) - from_stored(r.at)).total_seconds() < 86400):
+            out.append(nxt.id)
+    return out
+
+
+def low_information(text: str, min_words: int) -> bool:
+    """A greeting, thanks or acknowledgement: no number and fewer than ``min_words`` content
+    words once stop words and capitalised words (names) are left out."""
+    if min_words <= 0 or any(ch.isdigit() for ch in text):
+        return False
+    lower = content_words(" ".join(w for w in text.split() if not w[:1].isupper()))
+    return len(lower) < min_words
 
 
 def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str],
                       limit: int) -> list[EvidenceItem]:
     out = []
-    for mid in ranked[:limit]:
+    for i, mid in enumerate(ranked[:limit]):
         r = rows[mid]
+        if i > 0 and low_information(r.text, LOW_INFO_WORDS):
+            continue
         at = from_stored(r.at)
         stmt = _trim(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
         out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
@@ -322,7 +348,10 @@ class QueryPipeline:
             lap("retrieval")
             got = self._llm_evidence(question, ranked) if self.llm is not None else None
             if got is None:
-                got = _offline_evidence(self.db.messages.many(ranked[:60]), ranked, _query_words(question), 60)
+                nxt = [m + 1 for m in ranked[:REPLY_OF_TOP]] if flt is None else []  # a filter may exclude them
+                rows = self.db.messages.many(ranked[:60] + nxt)
+                ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
+                got = _offline_evidence(rows, ranked, _query_words(question), 60)
             evidence = got
             lap("evidence")
         text, shown_facts, shown_evidence = _assemble(question, facts, evidence, budget_tokens)

@@ -17,6 +17,8 @@ nothing waits), so an offline user sees the structure at once.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import threading
 import time
@@ -162,7 +164,7 @@ class Worker:
         if not alive:  # every source forgotten meanwhile
             return self._drop(step)
         if alive != c.message_ids:
-            c = Candidate(c.subject, c.type, c.stmt, alive, c.at, c.slot, c.origin)
+            c = dataclasses.replace(c, message_ids=alive)
         decision = self.core_facts.decide(c)
         with self.db.write_or_join():
             if not self._still_pending(step):

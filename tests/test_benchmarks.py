@@ -84,3 +84,15 @@ def test_merge_benchmark_runs_and_matches_the_union_ingest(tmp_path):
     assert res["report"]["added"] == 100 and res["report"]["skipped_present"] == 100
     assert res["same_segments_as_union_ingest"] is True and res["check_problems"] == []
     assert res["second_merge_added"] == 0 and res["bytes"]["merged"] > 0
+
+
+def test_answer_coverage_normalises_dates_months_and_stop_words():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _coverage import coverage, words
+
+    assert words("[2023-05-08] Caroline: on 8 May, 2023") == {"8", "5", "2023", "caroline"}
+    assert words("07 Sept") == {"7", "9"}
+    assert coverage("7 May 2023", words("- [2023-05-07] Mel: the week of Sun 7 May 2023")) == 1.0
+    assert coverage("The week of 9 June 2023", words("Jun 9 2023")) == 0.75  # "week" missing
+    assert coverage("the", words("anything")) is None  # no content word: not scored
+    assert coverage("Pottery and camping", words("she likes pottery")) == 0.5
