@@ -130,6 +130,7 @@ def main() -> None:
     ap.add_argument("--api-base", default=None, help="use a server already running instead")
     ap.add_argument("--data", default=None, help="a LoCoMo conversation file to run on as well")
     ap.add_argument("--turns", type=int, default=80, help="LoCoMo turns to use (the model takes ~1 s a call)")
+    ap.add_argument("--sample-messages", type=int, default=None, help="only the first N of the bundled sample")
     ap.add_argument("--out", default="local_llm.json")
     args = ap.parse_args()
     from importlib import resources
@@ -137,7 +138,7 @@ def main() -> None:
     from memsif_lite.importers import read_jsonl, read_locomo
 
     with resources.as_file(resources.files("memsif_lite.data").joinpath("sample_conversation.jsonl")) as p:
-        sets = {"sample": read_jsonl(p)}
+        sets = {"sample": read_jsonl(p)[: args.sample_messages]}
     if args.data:
         sets["locomo"] = read_locomo(args.data)[0][: args.turns]
     proc = None
