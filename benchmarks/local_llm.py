@@ -47,6 +47,9 @@ def start_server(python: str, port: int, gguf: str | None) -> tuple[subprocess.P
     raise SystemExit("the llama.cpp server did not start")
 
 
+TIMEOUT, RETRIES = 60.0, 1
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,7 +66,7 @@ def background_adds(items: list[dict], api_base: str, d: Path) -> dict:
     and how long until the queue is empty."""
     from memsif_lite import Config, Memory
 
-    cfg = Config(llm_timeout_s=60, llm_retries=1)
+    cfg = Config(llm_timeout_s=TIMEOUT, llm_retries=RETRIES)
     add_ms = []
     t0 = time.perf_counter()
     with Memory(d / "bg.db", config=cfg, llm="openai/gemma-3-270m",
@@ -82,7 +85,7 @@ def background_adds(items: list[dict], api_base: str, d: Path) -> dict:
 def measure(name: str, items: list[dict], api_base: str | None, schema: str, d: Path) -> dict:
     from memsif_lite import Config, Memory
 
-    cfg = Config(llm_timeout_s=60, llm_retries=1, llm_schema=schema)
+    cfg = Config(llm_timeout_s=TIMEOUT, llm_retries=RETRIES, llm_schema=schema)
     path = d / f"{name}-{schema}-{'llm' if api_base else 'offline'}.db"
     kw: dict = {"config": cfg}
     if api_base:
@@ -131,8 +134,12 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="a LoCoMo conversation file to run on as well")
     ap.add_argument("--turns", type=int, default=80, help="LoCoMo turns to use (the model takes ~1 s a call)")
     ap.add_argument("--sample-messages", type=int, default=None, help="only the first N of the bundled sample")
+    ap.add_argument("--timeout", type=float, default=60.0, help="Config.llm_timeout_s")
+    ap.add_argument("--retries", type=int, default=1, help="Config.llm_retries")
     ap.add_argument("--out", default="local_llm.json")
     args = ap.parse_args()
+    global TIMEOUT, RETRIES
+    TIMEOUT, RETRIES = args.timeout, args.retries
     from importlib import resources
 
     from memsif_lite.importers import read_jsonl, read_locomo
