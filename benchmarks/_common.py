@@ -77,6 +77,12 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def pct(xs: list[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank) of ``xs``, rounded to 0.01; NaN for no values."""
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))], 2) if xs else float("nan")
+
+
 def machine() -> str:
     import platform
 

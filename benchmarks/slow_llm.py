@@ -19,13 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _common import machine  # noqa: E402
+from _common import machine, pct  # noqa: E402
 from fakes import FakeLLMServer  # noqa: E402
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))], 2)
 
 
 def main() -> None:
