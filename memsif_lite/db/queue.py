@@ -55,7 +55,3 @@ class Queue(Table):
         """(pending steps, creation time of the oldest)."""
         n, oldest = self.con.execute("SELECT count(*), min(created_at) FROM work_queue").fetchone()
         return int(n), oldest
-
-    def unplaced(self) -> int:
-        """Messages waiting for their placement step."""
-        return int(self.con.execute("SELECT count(*) FROM work_queue WHERE kind=?", (PLACE,)).fetchone()[0])

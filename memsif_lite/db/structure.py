@@ -213,7 +213,3 @@ class Structure(Table):
     def trajectory_rows(self) -> list[tuple[int, str, str, str, str | None]]:
         """(id, entities JSON, start_at, end_at, title) of every trajectory."""
         return self.con.execute("SELECT id, entities, start_at, end_at, title FROM trajectories ORDER BY id").fetchall()
-
-    def decisions(self) -> dict[str, int]:
-        """How many messages each boundary decision placed (first, merge, split, judge_merge, judge_split)."""
-        return dict(self.con.execute("SELECT decision, count(*) FROM message_units GROUP BY decision").fetchall())
