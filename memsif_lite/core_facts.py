@@ -49,7 +49,7 @@ import numpy as np
 
 from . import prompts
 from .config import FactType
-from .db import Database, FactRow, MessageRow
+from .db import Database, FactRow, MessageRow, from_messages
 from .llm import LLM
 from .segments import StaleError
 from .entities import normalise
@@ -464,7 +464,7 @@ class CoreFactWriter:
             else:
                 facts.touch(op.target, now)
             facts.add_sources(op.target, c.message_ids)
-            facts.log(op.target, op.name, facts.stmt(op.target), f"from messages {list(c.message_ids)}", now)
+            facts.log(op.target, op.name, facts.stmt(op.target), from_messages(c.message_ids), now)
             return op.target
         vec = d.vector if op.stmt == c.stmt else self.embed_passages([op.stmt])[0]
         fid = facts.insert(subject=c.subject, ftype=c.type, stmt=op.stmt, slot=c.slot, valid_from=c.at, now=now,

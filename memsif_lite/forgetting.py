@@ -6,8 +6,11 @@ so that merging a copy of the file that still has it does not bring it back (``m
 Provenance makes this exact: a message's vector, full-text row and structure membership go
 with it; its segment and trajectory are recomputed from the remaining members (and removed if
 empty); CoreFacts whose every source is gone are deleted (a fact they had superseded becomes
-current again); ActiveFact evidence from it is removed and the clusters re-scored (a cluster
-left without statements disappears, a promotion that no longer holds is withdrawn).
+current again); a fact that keeps other sources loses the merge/update events that came only from
+the message, and an update it made is undone (a later merge re-derives such facts exactly: the
+tombstone marks the file dirty from their earliest source); ActiveFact evidence from it is removed
+and the clusters re-scored (a cluster left without statements disappears, a promotion that no
+longer holds is withdrawn).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .active_facts import ActiveFactStore
 from .db import Database, Unit
 from .db.merge import tombstone_hash
 from .errors import InvalidInputError, NotFoundError
-from .timeutil import now_stored
+from .timeutil import now_stored, to_stored
 
 __all__ = ["forget", "forget_message", "forget_fact", "recompute_unit"]
 
@@ -43,13 +46,23 @@ def forget(db: Database, active_store: ActiveFactStore, *, message_id: int | Non
 def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> None:
     """Delete one message and what was derived only from it (the caller holds the transaction)."""
     row = db.messages.get(mid)
-    if row is not None:
-        db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=row.at)
     sid = db.structure.segment_of_message(mid)
     db.queue.drop_message(mid)
     db.structure.unplace_message(mid)
-    for fid in db.facts.drop_source(mid):
+    orphans, kept = db.facts.drop_source(mid)
+    for fid in orphans:
         db.facts.delete(fid)
+    dirty = [row.at] if row is not None else []
+    for fid in kept:  # its merge/update events go; an update it made is undone
+        fact = db.facts.get(fid)
+        if fact is None:
+            continue
+        dirty.append(to_stored(fact.valid_from))
+        before = db.facts.drop_events_from(fid, mid)
+        if before is not None:
+            db.facts.rewrite(fid, before, active_store.embed_passages([before])[0], now_stored())
+    if row is not None:  # a merge re-derives everything from the earliest time this touched
+        db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid)
     db.messages.delete(mid)
     if sid is not None:

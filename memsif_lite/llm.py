@@ -75,13 +75,15 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json_object(content: str | None) -> dict[str, Any]:
-    """Strictly parse one JSON object (a single ```json fence around it is tolerated)."""
+    """Strictly parse one JSON object (a single ```json fence around it is tolerated). Raw control
+    characters inside strings are let through (llama.cpp's JSON grammar emits them; every text
+    field is whitespace-collapsed after validation); everything else about the JSON is strict."""
     if not isinstance(content, str) or not content.strip():
         raise ReplyError("empty reply")
     m = _FENCE.match(content)
     text = m.group(1) if m else content
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        obj = json.loads(text, strict=False, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         raise ReplyError(f"reply is not JSON: {e}") from e
     if not isinstance(obj, dict):

@@ -71,7 +71,8 @@ def _optional(tp: Any) -> Any:
 
 
 def _lines_type(n: int) -> Any:
-    return _list_of(_choice(range(1, n + 1)), least=1)
+    # bounded, like every list and string here: a constrained small model fills what it may
+    return _list_of(_choice(range(1, n + 1)), least=1, most=min(n, 6))
 
 
 def reply_type(name: str, **fields: Any) -> Any:
@@ -139,7 +140,7 @@ def trajectory(segment_lines: Sequence[str], candidates: Sequence[Sequence[str]]
     )
     n = len(candidates)
 
-    model = reply_type("TrajectoryReply", compatible=(_list_of(_choice(range(1, n + 1))), ...))
+    model = reply_type("TrajectoryReply", compatible=(_list_of(_choice(range(1, n + 1)), most=n), ...))
     # the compatible candidates, 0-based and sorted (empty: none is)
     return _prompt("trajectory", TRAJECTORY_SYSTEM, "\n".join(parts), model,
                    lambda r: tuple(_zero_based(r.compatible)), 40)
@@ -178,9 +179,9 @@ def extract_facts(lines: Sequence[str], context: Sequence[str],
               '"lines" are the excerpt line numbers that state the fact.')
     n = len(lines)
 
-    fact = reply_type("Fact", subject=(_text_type(100), ...), type=(_choice(list(types.values())), ...),
-                      stmt=(_text_type(300), ...), lines=(_lines_type(n), ...))
-    model = reply_type("FactsReply", facts=(_list_of(fact, most=20), ...))
+    fact = reply_type("Fact", subject=(_text_type(60), ...), type=(_choice(list(types.values())), ...),
+                      stmt=(_text_type(160), ...), lines=(_lines_type(n), ...))
+    model = reply_type("FactsReply", facts=(_list_of(fact, most=6), ...))
     return _prompt("fact_extract", EXTRACT_SYSTEM, user, model,
                    lambda r: [(_collapse(f.subject), f.type, _collapse(f.stmt), _zero_based(f.lines)) for f in r.facts],
                    600)
@@ -244,9 +245,9 @@ def evidence(question: str, lines: Sequence[str]) -> Prompt[list[tuple[str, str,
             + '\nList the evidence (at most 8): {"evidence": [...]}, or {"evidence": []}.')
     n = len(lines)
 
-    item = reply_type("EvidenceItem", subject=(_text_type(100), ...), stmt=(_text_type(400), ...),
+    item = reply_type("EvidenceItem", subject=(_text_type(60), ...), stmt=(_text_type(240), ...),
                       lines=(_lines_type(n), ...))
-    model = reply_type("EvidenceReply", evidence=(_list_of(item, most=12), ...))
+    model = reply_type("EvidenceReply", evidence=(_list_of(item, most=8), ...))
     return _prompt("evidence", EVIDENCE_SYSTEM, user, model,
                    lambda r: [(_collapse(e.subject), _collapse(e.stmt), _zero_based(e.lines)) for e in r.evidence], 700)
 

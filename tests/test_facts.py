@@ -133,6 +133,9 @@ def test_exact_duplicates_merge_provenance(memory):
     [f] = mem.facts(type="Preference")
     assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
     assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
+    mem.forget(message_id=2)  # the merge it made goes with it
+    [f] = mem.facts(type="Preference")
+    assert f.message_ids == (1,) and [e.op for e in mem.fact_history(f.id)] == ["add"]
 
 
 def test_offline_extractor_does_not_invent(memory):

@@ -143,6 +143,12 @@ def test_llm_core_facts_four_operations_and_invalid_replies(memory, db, llm_serv
     # the Mood type, the missing line, and the "delete" operation
     assert purposes == ["fact_extract", "fact_extract", "fact_operation"]
     assert any("facts.0.type" in e for _, e in failures)  # the reply named a type outside the schema
+    # forgetting the message behind the update undoes it: wording and history as if never said
+    mem.forget(message_id=2)
+    old = next(f for f in mem.facts(include_superseded=True) if f.id == old.id)
+    assert old.stmt == "Maya lives in Lisbon" and old.message_ids == (1, 3)
+    assert [e.op for e in mem.fact_history(old.id)] == ["add", "merge", "superseded"]
+    assert all("near the river" not in e.stmt for e in mem.fact_history(old.id))
 
 
 def test_invalid_operation_target_is_ignored_and_counted(memory, llm_server):

@@ -26,7 +26,7 @@ import apsw
 from .. import store
 from .admin import Admin
 from .clusters import Clusters
-from .facts import CoreFacts
+from .facts import CoreFacts, from_messages
 from .filtering import Filtering
 from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
@@ -35,7 +35,8 @@ from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
 from .vector_cache import VectorCache
 
-__all__ = ["Database", "Step", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message"]
+__all__ = ["Database", "Step", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
+           "from_messages"]
 
 
 class Database:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,6 +15,22 @@ from .rows import FactRow, i8
 __all__ = ["CoreFacts"]
 
 _ROW = "id, subject, type, stmt, slot, valid_from"
+_FROM = "from messages "
+
+
+def from_messages(message_ids: Sequence[int]) -> str:
+    """The ``detail`` of a merge/update event: the messages it came from (``forget`` reads it back)."""
+    return _FROM + json.dumps(list(message_ids))
+
+
+def _event_sources(detail: str | None) -> list[int] | None:
+    if not detail or not detail.startswith(_FROM):
+        return None
+    try:
+        ids = json.loads(detail[len(_FROM):])
+    except ValueError:
+        return None
+    return [int(m) for m in ids] if isinstance(ids, list) and all(isinstance(m, int) for m in ids) else None
 
 
 class CoreFacts(Table):
@@ -75,12 +92,37 @@ class CoreFacts(Table):
         self.con.execute("DELETE FROM fact_vec WHERE rowid=?", (fid,))
         self.con.execute("DELETE FROM core_facts WHERE id=?", (fid,))
 
-    def drop_source(self, mid: int) -> list[int]:
-        """Remove a message from every fact's provenance; returns the facts left with no source."""
+    def drop_source(self, mid: int) -> tuple[list[int], list[int]]:
+        """Remove a message from every fact's provenance; returns (the facts left with no source,
+        the facts that keep other sources)."""
         facts = [f for (f,) in self.con.execute("SELECT fact_id FROM fact_sources WHERE message_id=?", (mid,))]
         self.con.execute("DELETE FROM fact_sources WHERE message_id=?", (mid,))
-        return [f for f in facts
-                if self.con.execute("SELECT count(*) FROM fact_sources WHERE fact_id=?", (f,)).fetchone()[0] == 0]
+        orphans, kept = [], []
+        for f in facts:
+            left = self.con.execute("SELECT count(*) FROM fact_sources WHERE fact_id=?", (f,)).fetchone()[0]
+            (kept if left else orphans).append(f)
+        return orphans, kept
+
+    def drop_events_from(self, fid: int, mid: int) -> str | None:
+        """Delete the merge/update events of a fact that came only from message ``mid`` (or from
+        messages no longer stored). Returns the statement the remaining history ends with when it
+        differs from the fact's current one (an update from ``mid`` to undo), else None."""
+        for hid, detail in self.con.execute(
+                "SELECT id, detail FROM fact_history WHERE fact_id=? AND op IN ('merge','update')", (fid,)).fetchall():
+            ids = _event_sources(detail)
+            if ids is not None and all(m == mid or not self._message_exists(m) for m in ids):
+                self.con.execute("DELETE FROM fact_history WHERE id=?", (hid,))
+        wording = None  # replay: the wording each remaining event leaves
+        for hid, op, stmt in self.con.execute(
+                "SELECT id, op, stmt FROM fact_history WHERE fact_id=? ORDER BY id", (fid,)).fetchall():
+            if op in ("add", "supersede", "update"):
+                wording = stmt
+            elif wording is not None and stmt != wording:
+                self.con.execute("UPDATE fact_history SET stmt=? WHERE id=?", (wording, hid))
+        return None if wording is None or wording == self.stmt(fid) else str(wording)
+
+    def _message_exists(self, mid: int) -> bool:
+        return self.con.execute("SELECT 1 FROM messages WHERE id=?", (mid,)).fetchone() is not None
 
     # -- reads for the API -------------------------------------------------------------------------
     def exists(self, fid: int) -> bool:
