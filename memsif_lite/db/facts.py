@@ -97,7 +97,8 @@ class CoreFacts(Table):
         the facts that keep other sources)."""
         facts = [f for (f,) in self.con.execute("SELECT fact_id FROM fact_sources WHERE message_id=?", (mid,))]
         self.con.execute("DELETE FROM fact_sources WHERE message_id=?", (mid,))
-        orphans, kept = [], []
+        orphans: list[int] = []
+        kept: list[int] = []
         for f in facts:
             left = self.con.execute("SELECT count(*) FROM fact_sources WHERE fact_id=?", (f,)).fetchone()[0]
             (kept if left else orphans).append(f)
