@@ -77,11 +77,11 @@ def background_adds(items: list[dict], api_base: str, d: Path) -> dict:
             "seconds_until_queue_empty": round(empty_s, 1)}
 
 
-def measure(name: str, items: list[dict], api_base: str | None, schema: str, d: Path) -> dict:
+def measure(name: str, items: list[dict], api_base: str | None, schema: str, d: Path, concurrency: int = 1) -> dict:
     from memsif_lite import Config, Memory
 
-    cfg = Config(llm_timeout_s=TIMEOUT, llm_retries=RETRIES, llm_schema=schema)
-    path = d / f"{name}-{schema}-{'llm' if api_base else 'offline'}.db"
+    cfg = Config(llm_timeout_s=TIMEOUT, llm_retries=RETRIES, llm_schema=schema, llm_concurrency=concurrency)
+    path = d / f"{name}-{schema}-{concurrency}-{'llm' if api_base else 'offline'}.db"
     kw: dict = {"config": cfg}
     if api_base:
         kw.update(llm="openai/gemma-3-270m", llm_kwargs={"api_base": api_base, "api_key": "local"}, process="manual")
@@ -158,6 +158,7 @@ def main() -> None:
                     "offline": measure(name, items, None, "auto", Path(d)),
                     "background_adds": background_adds(items, api_base, Path(d)),
                     "schema": measure(name, items, api_base, "auto", Path(d)),
+                    "schema_concurrency_4": measure(name, items, api_base, "auto", Path(d), concurrency=4),
                     "json_mode_only": measure(name, items, api_base, "json_object", Path(d)),
                 }
                 print(json.dumps({name: res["runs"][name]}, indent=1), file=sys.stderr)

@@ -66,6 +66,9 @@ class Config:
     #: down when refused), ``json_schema`` (OpenAI, vLLM), ``json_object_schema`` (llama.cpp's
     #: server), ``json_object`` (plain JSON mode)
     llm_schema: str = "auto"
+    #: LLM requests in flight at once for independent steps (different segments' titles and
+    #: CoreFact extraction); vLLM and llama.cpp servers with several slots answer them faster
+    llm_concurrency: int = 1
     max_message_chars: int = 1_000_000
     fact_schema: tuple[FactType, ...] = field(default=DEFAULT_FACT_SCHEMA)
 
@@ -100,6 +103,9 @@ class Config:
             raise ConfigError("llm_down_after must be an integer in [1, 100]")
         if not (isinstance(self.llm_backoff_s, (int, float)) and 0 < self.llm_backoff_s <= 3600):
             raise ConfigError("llm_backoff_s must be in (0, 3600]")
+        if isinstance(self.llm_concurrency, bool) or not isinstance(self.llm_concurrency, int) \
+                or not 1 <= self.llm_concurrency <= 32:
+            raise ConfigError("llm_concurrency must be an integer in [1, 32]")
         if self.llm_schema not in ("auto", "json_schema", "json_object_schema", "json_object"):
             raise ConfigError("llm_schema must be auto, json_schema, json_object_schema or json_object")
         if not isinstance(self.max_message_chars, int) or self.max_message_chars < 1:

@@ -43,14 +43,14 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from . import prompts
 from .config import FactType
 from .db import Database, FactRow, MessageRow, from_messages
-from .llm import LLM
+from .llm import LLM, Prompt
 from .segments import StaleError
 from .entities import normalise
 from .timeutil import now_stored
@@ -349,10 +349,12 @@ class LLMFactExtractor:
     def __init__(self, llm: LLM, schema: Sequence[FactType], fallback: FactExtractor):
         self.llm, self.schema, self.fallback = llm, tuple(schema), fallback
 
+    def prompt(self, messages: Sequence[MessageRow], context: Sequence[MessageRow]) -> Prompt[Any]:
+        return prompts.extract_facts([f"[{m.at[:10]}] {m.speaker}: {m.text[:600]}" for m in messages],
+                                     [f"[{m.at[:10]}] {m.speaker}: {m.text[:400]}" for m in context], self.schema)
+
     def extract(self, messages: Sequence[MessageRow], context: Sequence[MessageRow]) -> list[Candidate]:
-        got = self.llm.complete(prompts.extract_facts(
-            [f"[{m.at[:10]}] {m.speaker}: {m.text[:600]}" for m in messages],
-            [f"[{m.at[:10]}] {m.speaker}: {m.text[:400]}" for m in context], self.schema))
+        got = self.llm.complete(self.prompt(messages, context))
         if got is None:
             return self.fallback.extract(messages, context)
         return [Candidate(subj, ftype, stmt, tuple(messages[i].id for i in lines),
@@ -430,6 +432,17 @@ class CoreFactWriter:
         structure = self.db.structure
         return self.extractor.extract(structure.segment_messages(segment_id),
                                       structure.trajectory_context(segment_id, 6))
+
+    def extract_prompt(self, segment_id: int) -> Prompt[Any] | None:
+        """The prompt ``extract`` will send for this segment (None: the extractor asks no LLM),
+        so that the worker can ask it ahead, beside other segments' prompts."""
+        make = getattr(self.extractor, "prompt", None)
+        if make is None:
+            return None
+        structure = self.db.structure
+        prompt: Prompt[Any] = make(structure.segment_messages(segment_id),
+                                           structure.trajectory_context(segment_id, 6))
+        return prompt
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts with the same subject and type, plus the most similar ones."""

@@ -16,8 +16,9 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 from .errors import ConfigError, LLMError
 
@@ -179,7 +180,8 @@ class LLM:
     def __init__(self, model: str, *, timeout: float = 30.0, retries: int = 2,
                  kwargs: Mapping[str, Any] | None = None,
                  record: Callable[[CallRecord], None] | None = None,
-                 in_transaction: Callable[[], bool] | None = None, health: ModelHealth | None = None):
+                 in_transaction: Callable[[], bool] | None = None, health: ModelHealth | None = None,
+                 concurrency: int = 1):
         self.model = model
         self.timeout = timeout
         self.retries = retries
@@ -187,8 +189,50 @@ class LLM:
         self.record = record or (lambda r: None)
         self.in_transaction = in_transaction or (lambda: False)
         self.health = health or ModelHealth()
+        self.concurrency = concurrency
         self.calls = 0
         self._litellm: Any = None
+        self._ready: dict[tuple[str, ...], Future[Any]] = {}  # replies asked ahead, by prompt
+        self._records: list[CallRecord] = []  # calls made by the prefetch threads, not yet recorded
+        self._pool: ThreadPoolExecutor | None = None
+
+    def prefetch(self, batch: Sequence[Prompt[Any]]) -> int:
+        """Start asking independent prompts on up to ``concurrency - 1`` other threads while this
+        one goes on (with its own calls); the reply waits for the ``complete`` call that asks the
+        same prompt, each used once. Returns how many were started. The threads touch nothing
+        but the HTTP client: their calls are recorded by this thread, at its next call."""
+        if self.concurrency < 2:
+            return 0
+        if self.in_transaction():
+            raise RuntimeError("LLM prefetch inside a write transaction (a memsif_lite bug)")
+        self._flush()
+        started = 0
+        for p in batch:
+            k = _prompt_key(p)
+            if k in self._ready:
+                continue
+            if self._pool is None:
+                self._client()  # imported once, before the threads
+                self._pool = ThreadPoolExecutor(self.concurrency - 1, thread_name_prefix="memsif-llm")
+            self._ready[k] = self._pool.submit(self._call, p, self._records.append)
+            started += 1
+        return started
+
+    def settle(self) -> None:
+        """Wait for the prompts still in flight, record them and drop unused replies (the end of a
+        worker run). A configuration error met by one of them is raised here."""
+        futures, self._ready = list(self._ready.values()), {}
+        error = next((e for e in (f.exception() for f in futures) if isinstance(e, LLMError)), None)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._flush()
+        if error is not None:
+            raise error
+
+    def _flush(self) -> None:
+        while self._records:
+            self._record_one(self._records.pop(0))
 
     def _client(self):
         if self._litellm is None:
@@ -199,11 +243,25 @@ class LLM:
         """Ask for one JSON object and return ``prompt.validate(obj)``, or None after recording why not."""
         if self.in_transaction():
             raise RuntimeError(f"LLM {prompt.purpose} call inside a write transaction (a memsif_lite bug)")
+        self._flush()
+        ahead = self._ready.pop(_prompt_key(prompt), None)
+        if ahead is None:
+            return self._call(prompt, self._record_one)
+        try:
+            return ahead.result()
+        finally:
+            self._flush()
+
+    def _record_one(self, r: CallRecord) -> None:
+        self.calls += 1
+        self.record(r)
+
+    def _call(self, prompt: Prompt[T], record: Callable[[CallRecord], None]) -> T | None:
         purpose, validate = prompt.purpose, prompt.validate
         t0 = time.perf_counter()
         if not self.health.available():
             left = self.health.seconds_left()
-            self._record(purpose, t0, 0, 0, False, f"skipped: model down, retried in {left:.0f} s")
+            self._done(record, purpose, t0, 0, 0, False, f"skipped: model down, retried in {left:.0f} s")
             return None
         litellm = self._client()
         messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
@@ -224,7 +282,7 @@ class LLM:
                 c_tok += int(getattr(usage, "completion_tokens", 0) or 0)
                 content = resp.choices[0].message.content
                 value = validate(parse_json_object(content))
-                self._record(purpose, t0, p_tok, c_tok, True, None)
+                self._done(record, purpose, t0, p_tok, c_tok, True, None)
                 return value
             except ReplyError as e:
                 error = f"bad reply: {e}"
@@ -234,7 +292,7 @@ class LLM:
                     attempt -= 1  # the server does not take this way of asking for JSON: ask the next way
                     continue
                 if _not_the_models(e):
-                    self._record(purpose, t0, p_tok, c_tok, False, error)
+                    self._done(record, purpose, t0, p_tok, c_tok, False, error)
                     raise LLMError(f"the LLM {self.model!r} cannot be used as configured ({error}); "
                                    "check the model name, llm_kwargs and credentials") from e
                 if _outage(e):
@@ -247,12 +305,16 @@ class LLM:
                 break
             # a malformed reply: ask once more (temperature 0 may repeat it; that is bounded)
         log.warning("LLM %s call failed (%s); using the offline fallback", purpose, error)
-        self._record(purpose, t0, p_tok, c_tok, False, error)
+        self._done(record, purpose, t0, p_tok, c_tok, False, error)
         return None
 
-    def _record(self, purpose: str, t0: float, p: int, c: int, ok: bool, error: str | None) -> None:
-        self.calls += 1
-        self.record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error))
+    def _done(self, record: Callable[[CallRecord], None], purpose: str, t0: float, p: int, c: int, ok: bool,
+              error: str | None) -> None:
+        record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error))
+
+
+def _prompt_key(p: Prompt[Any]) -> tuple[str, ...]:
+    return (p.purpose, p.system, p.user, str(p.max_tokens), json.dumps(p.schema, sort_keys=True))
 
 
 #: ways of asking for JSON, strongest first: an OpenAI-style JSON schema (OpenAI, vLLM, Ollama

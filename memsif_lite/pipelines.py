@@ -119,7 +119,8 @@ def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, 
                                      latency_ms=r.latency_ms, ok=r.ok, error=r.error)
 
     return LLM(model, timeout=cfg.llm_timeout_s, retries=cfg.llm_retries, kwargs=kwargs,
-               record=record if record_calls else None, in_transaction=lambda: db.in_transaction, health=health)
+               record=record if record_calls else None, in_transaction=lambda: db.in_transaction, health=health,
+               concurrency=cfg.llm_concurrency)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from .db import Database, Step
 from .db.queue import CLOSE, EXTRACT, FACT, PLACE
 from .entities import extract_entities
 from .errors import LLMError
-from .llm import LLM, ModelHealth
+from .llm import LLM, ModelHealth, Prompt
 from .segments import SegmentBuilder, StaleError, segment_lines
 from .timeutil import now_stored
 from .trajectories import TrajectoryBuilder
@@ -72,25 +72,29 @@ class Worker:
         """Run steps from the head of the queue until it is empty, a limit is reached or ``stop()``."""
         t0 = time.perf_counter()
         done = stale = 0
-        while max_steps is None or done < max_steps:
-            if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
-                break
-            if stop is not None and stop():
-                break
-            step = self.db.queue.head()
-            if step is None:
-                break
-            try:
-                self.run_step(step)
-                done += 1
-                if progress is not None and step.kind == PLACE:
-                    progress(1)
-            except StaleError as e:
-                stale += 1
-                log.info("step %s %d was stale (%s); deciding again", step.kind, step.id, e)
-                if stale > MAX_STALE * (done + 1):
-                    raise
-        self._hints.clear()
+        try:
+            while max_steps is None or done < max_steps:
+                if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+                    break
+                if stop is not None and stop():
+                    break
+                step = self._next()
+                if step is None:
+                    break
+                try:
+                    self.run_step(step)
+                    done += 1
+                    if progress is not None and step.kind == PLACE:
+                        progress(1)
+                except StaleError as e:
+                    stale += 1
+                    log.info("step %s %d was stale (%s); deciding again", step.kind, step.id, e)
+                    if stale > MAX_STALE * (done + 1):
+                        raise
+        finally:
+            self._hints.clear()
+            if self.llm is not None:
+                self.llm.settle()
         pending, _ = self.db.queue.backlog()
         return ProcessReport(done, pending, time.perf_counter() - t0, stale)
 
@@ -171,6 +175,35 @@ class Worker:
                 return
             self.core_facts.apply(c, decision)
             self.db.queue.done(step)
+
+    # -- concurrency (Config.llm_concurrency) --------------------------------------------------------
+    def _next(self) -> Step | None:
+        """The head of the queue; with several LLM requests allowed, placement runs ahead of the
+        closes, extractions and fact steps until that many segments wait for their LLM work (a
+        boundary decision reads only the open segment, so this changes no result), and the
+        independent prompts of what waits — titles, CoreFact extraction — are asked together."""
+        head = self.db.queue.head()
+        llm = self.llm
+        if head is None or llm is None or llm.concurrency < 2 or head.kind == PLACE:
+            return head
+        waiting = self.db.queue.pending((CLOSE, EXTRACT), llm.concurrency)
+        if len(waiting) < llm.concurrency:
+            place = self.db.queue.first(PLACE)
+            if place is not None:
+                return place
+        batch: list[Prompt[Any]] = []
+        for w in waiting:
+            assert w.segment_id is not None
+            if self.db.structure.segment_state(w.segment_id) is None:
+                continue
+            if w.kind == CLOSE:
+                batch.append(prompts.title(segment_lines(self.db, w.segment_id, 12)))
+            else:
+                p = self.core_facts.extract_prompt(w.segment_id)
+                if p is not None:
+                    batch.append(p)
+        llm.prefetch(batch)
+        return head
 
     # -- helpers ---------------------------------------------------------------------------------
     def _still_pending(self, step: Step) -> bool:

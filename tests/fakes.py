@@ -83,6 +83,8 @@ class FakeLLMServer:
         self.replies: "queue.Queue[Any]" = queue.Queue()
         self.requests: list[dict] = []
         self.default = default or (lambda req: "{}")
+        self.in_flight = self.max_in_flight = 0  # chat requests being answered at once
+        self._flight = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,6 +104,16 @@ class FakeLLMServer:
                                               for i, v in enumerate(vecs)],
                                      "usage": {"prompt_tokens": 5, "total_tokens": 5}})
                     return
+                with server._flight:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._chat(body)
+                finally:
+                    with server._flight:
+                        server.in_flight -= 1
+
+            def _chat(self, body: dict) -> None:
                 try:
                     reply = server.replies.get_nowait()
                 except queue.Empty:

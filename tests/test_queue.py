@@ -71,16 +71,17 @@ def model():
 @settings(max_examples=6, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=2, max_size=12),
-       batches=st.integers(1, 3))
-def test_processing_later_equals_processing_inline(tmp_path_factory, model, spec, batches):
+       batches=st.integers(1, 3), concurrency=st.sampled_from([1, 4]))
+def test_processing_later_equals_processing_inline(tmp_path_factory, model, spec, batches, concurrency):
     """Same replies → same segments, trajectories and facts, whether the steps ran inside each
-    add or all at once later."""
+    add or all at once later, with one LLM request at a time or several."""
     d = tmp_path_factory.mktemp("q")
     items = _messages(spec)
     parts = [items[i::batches] for i in range(batches)]
     parts = [sorted(p, key=lambda m: m["at"]) for p in parts]
     kw = dict(embedder=FakeEmbedder(), config=CFG, llm="openai/m", llm_kwargs=model.llm_kwargs())
-    with Memory(d / "inline.db", process="inline", **kw) as a, Memory(d / "later.db", process="manual", **kw) as b:
+    later = dict(kw, config=Config(**{**CFG.__dict__, "llm_concurrency": concurrency}))
+    with Memory(d / "inline.db", process="inline", **kw) as a, Memory(d / "later.db", process="manual", **later) as b:
         for p in parts:
             a.add_many(p)
             b.add_many(p)
@@ -89,6 +90,29 @@ def test_processing_later_equals_processing_inline(tmp_path_factory, model, spec
         assert report.pending == 0 and b.stats()["pending_steps"] == 0
         assert _structure(a) == _structure(b)
         assert b.check() == []
+
+
+def test_llm_concurrency_asks_independent_prompts_together_and_changes_no_result(tmp_path):
+    """Titles and CoreFact extraction of different segments are asked at once (up to
+    llm_concurrency in flight), every call is recorded, and the structure is what one request at
+    a time gives."""
+    def slow(req: dict) -> dict:
+        return {"sleep": 0.05, "content": deterministic_llm(req)}
+
+    items = _messages([(i % 10, (3 * i + 1) % 10) for i in range(24)])
+    got = {}
+    for n in (1, 4):
+        with FakeLLMServer(default=slow) as server:
+            cfg = Config(**{**CFG.__dict__, "llm_concurrency": n})
+            with Memory(tmp_path / f"c{n}.db", embedder=FakeEmbedder(), config=cfg, llm="openai/m",
+                        llm_kwargs=server.llm_kwargs(), process="manual") as mem:
+                mem.add_many(items)
+                assert mem.process().pending == 0
+                got[n] = (_structure(mem), server.max_in_flight)
+                assert mem.stats()["llm_calls"] == len(server.requests)  # every call recorded, once
+                assert mem.check() == []
+    assert got[1][0] == got[4][0] and len(got[1][0][0]) >= 4
+    assert got[1][1] == 1 and 2 <= got[4][1] <= 4
 
 
 def test_until_placed_a_message_is_searchable_and_in_context(memory, model):

@@ -10,6 +10,7 @@ __all__ = ["Queue", "Step", "PLACE", "CLOSE", "EXTRACT", "FACT"]
 
 PLACE, CLOSE, EXTRACT, FACT = "place", "close", "extract", "fact"
 _SUB = {PLACE: 0, CLOSE: 1, EXTRACT: 2}
+_COLS = "id, message_id, sub, kind, segment_id, payload, created_at, attempts"
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,21 @@ class Queue(Table):
 
     def head(self) -> Step | None:
         """The next step to run."""
-        r = self.con.execute("SELECT id, message_id, sub, kind, segment_id, payload, created_at, attempts "
-                             "FROM work_queue ORDER BY message_id, sub LIMIT 1").fetchone()
+        r = self.con.execute(f"SELECT {_COLS} FROM work_queue ORDER BY message_id, sub LIMIT 1").fetchone()
         return None if r is None else Step(*r)
+
+    def first(self, kind: str) -> Step | None:
+        """The earliest pending step of one kind."""
+        r = self.con.execute(f"SELECT {_COLS} FROM work_queue WHERE kind=? ORDER BY message_id, sub LIMIT 1",
+                             (kind,)).fetchone()
+        return None if r is None else Step(*r)
+
+    def pending(self, kinds: tuple[str, ...], limit: int) -> list[Step]:
+        """The earliest pending steps of the given kinds, in queue order."""
+        marks = ",".join("?" * len(kinds))
+        return [Step(*r) for r in self.con.execute(
+            f"SELECT {_COLS} FROM work_queue WHERE kind IN ({marks}) ORDER BY message_id, sub LIMIT ?",
+            (*kinds, limit))]
 
     # A step is identified by (message_id, sub), never by its rowid: rowids of deleted rows are
     # reused, while a (message_id, sub) pair is enqueued at most once in a file's life.
