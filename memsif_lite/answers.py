@@ -27,7 +27,7 @@ from typing import Protocol, Sequence
 from .entities import STOP_WORDS
 from .timeutil import relative_notes
 
-__all__ = ["offline_answer", "content_words", "stem", "DONT_KNOW"]
+__all__ = ["offline_answer", "content_words", "has_content_words", "stem", "DONT_KNOW"]
 
 DONT_KNOW = "I don't know: nothing in memory answers the question."
 _WORD = re.compile(r"[A-Za-z0-9\u00C0-\u024F]+(?:'[a-z]+)?")
@@ -73,6 +73,20 @@ def stem(word: str) -> str:
 def content_words(text: str) -> set[str]:
     """Stems of the words that are neither stop words nor question words."""
     return {stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS and w.lower() not in _QUESTION}
+
+
+def has_content_words(text: str, n: int) -> bool:
+    """Whether ``text`` has at least ``n`` distinct content words (as :func:`content_words`
+    counts them), reading only as far as needed."""
+    seen: set[str] = set()
+    for w in _WORD.findall(text):
+        lw = w.lower()
+        if lw in STOP_WORDS or lw in _QUESTION:
+            continue
+        seen.add(stem(w))
+        if len(seen) >= n:
+            return True
+    return n <= 0
 
 
 def _names(question: str, people: set[str]) -> set[str]:

@@ -20,13 +20,13 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from . import prompts
 from .active_facts import ActiveFactStore, Evidence
-from .answers import content_words, offline_answer
+from .answers import has_content_words, offline_answer
 from .db import Database, MessageRow
 from .errors import NotFoundError
 from .filters import MessageFilter
@@ -172,7 +172,7 @@ def _evidence_tokens(e: EvidenceItem) -> int:
     return count_tokens(f"- [{e.at:%Y-%m-%d}] {e.speaker}:") + e.stmt_tokens
 
 
-def _assemble(question: str, facts: Sequence[FactItem], evidence: Sequence[EvidenceItem],
+def _assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[EvidenceItem],
               budget: int) -> tuple[str, list[FactItem], list[EvidenceItem]]:
     """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
     evidence is shown chronologically. The result never exceeds ``budget`` tokens."""
@@ -232,28 +232,30 @@ def with_replies(ranked: Sequence[int], rows: dict[int, MessageRow], top: int) -
     return out
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def low_information(text: str, min_words: int) -> bool:
     """A greeting, thanks or acknowledgement: no number and fewer than ``min_words`` content
     words once stop words and capitalised words (names) are left out."""
-    if min_words <= 0 or any(ch.isdigit() for ch in text):
+    if min_words <= 0 or _DIGIT.search(text):
         return False
-    lower = content_words(" ".join(w for w in text.split() if not w[:1].isupper()))
-    return len(lower) < min_words
+    return not has_content_words(" ".join(w for w in text.split() if not w[:1].isupper()), min_words)
 
 
 def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str],
-                      limit: int) -> list[EvidenceItem]:
-    out = []
+                      limit: int) -> Iterator[EvidenceItem]:
+    """Evidence items in rank order, made as the assembly asks for them (it stops when the
+    budget is full)."""
     for i, mid in enumerate(ranked[:limit]):
         r = rows[mid]
         if i > 0 and low_information(r.text, LOW_INFO_WORDS):
             continue
         at = from_stored(r.at)
         stmt = _trim(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
-        out.append(EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
-                                tuple(relative_notes(stmt, local_time(at, r.utc_offset_min))), r.utc_offset_min,
-                                r.tokens if stmt == r.text else None))
-    return out
+        yield EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
+                           tuple(relative_notes(stmt, local_time(at, r.utc_offset_min))), r.utc_offset_min,
+                           r.tokens if stmt == r.text else None)
 
 
 class _Laps:
@@ -342,12 +344,13 @@ class QueryPipeline:
                 verdict = self.llm.complete(prompts.sufficiency(question, [f.stmt for f in facts]))
             sufficient = verdict if verdict is not None else self._offline_sufficient(qvec, facts)
         lap("sufficiency")
-        evidence: list[EvidenceItem] = []
+        evidence: Iterable[EvidenceItem] = ()
         if not sufficient:
             ranked = [m for m, _ in self.retriever.rank_with_structure(question, flt=flt)]
             lap("retrieval")
-            got = self._llm_evidence(question, ranked) if self.llm is not None else None
-            if got is None:
+            got: Iterable[EvidenceItem] | None = (self._llm_evidence(question, ranked) if self.llm is not None
+                                                  else None)
+            if got is None:  # offline evidence is made lazily: its cost shows under "assemble"
                 nxt = [m + 1 for m in ranked[:REPLY_OF_TOP]] if flt is None else []  # a filter may exclude them
                 rows = self.db.messages.many(ranked[:60] + nxt)
                 ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
