@@ -84,11 +84,8 @@ class TrajectoryBuilder:
     def candidates(self, seg: Unit) -> list[tuple[float, Unit]]:
         """Top-K trajectories by φ: KNN on the semantic part first, then entity overlap."""
         structure = self.db.structure
-        n = structure.count("trajectories")
-        if n == 0:
-            return []
         scored = []
-        for tid in structure.dense("trajectory", seg.mean, min(n, max(4 * self.top_k, 12))):
+        for tid in structure.dense("trajectory", seg.mean, max(4 * self.top_k, 12)):
             t = structure.load("trajectory", tid)
             s = phi(seg.centroid, seg.entities.keys(), t.centroid, t.entities.keys(), alpha=self.alpha,
                     levels=self.levels)

@@ -222,6 +222,7 @@ def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, ste
         a, b = _database(path, 16), _database(path, 16)
         try:
             live: list[int] = []
+            overlaid = 0
             for _ in range(steps):
                 q = _unit(rng, 1, 16)[0]
                 for db in (a, b):  # load (or check) both caches before the next write
@@ -235,6 +236,13 @@ def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, ste
                         a.structure.save("segment", Unit(uid, 2, rng.standard_normal(16), Counter(), "a", "b"))
                     else:
                         a.structure.delete_unit("segment", live.pop(int(rng.integers(len(live)))))
+                    # inside the transaction: the staged rewrites overlaid on the cache rank like vec0
+                    inside = a.structure.caches["segment"]
+                    if inside.usable():
+                        overlaid += 1
+                        assert inside.search(q, 50) == sorted(a.structure.knn("segment_vec", q, 50),
+                                                              key=lambda x: (x[1], x[0]))
+                    assert sorted(a.structure.dense("segment", q, 50)) == sorted(live)
                 for db in (a, b):
                     got = db.structure.caches["segment"]
                     ranked = db.structure.dense("segment", q, 50)
@@ -242,6 +250,7 @@ def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, ste
                     assert sorted(ranked) == sorted(exact) == sorted(live)
                     assert got.size == len(live)
                     assert [x[1] for x in got.search(q, 50)] == [x[1] for x in db.structure.knn("segment_vec", q, 50)]
+            assert overlaid == steps  # every transaction searched its own staged rewrites from the cache
         finally:
             a.close()
             b.close()

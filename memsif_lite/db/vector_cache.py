@@ -3,8 +3,9 @@ source of truth; the cache is a view of it that is checked before every query.
 
 * **Loaded lazily** by one scan of ``message_vec`` at the first dense query.
 * **This process's writes** are staged as they happen and applied when their transaction
-  commits (dropped on rollback); while a transaction with staged changes is open, queries go to
-  vec0.
+  commits (dropped on rollback); while that transaction is open, queries see them overlaid on
+  the cache (exactly: the staged rows are scored like the others), unless another process had
+  committed since the last sync, when they go to vec0.
 * **Other processes' writes** are detected before each query: ``PRAGMA data_version`` changes
   when another connection commits (read inside the snapshot, after its first read: before that
   it can lag one transaction behind). Then, in the same read snapshot, the file's
@@ -117,7 +118,10 @@ class VectorCache:
 
     # -- reads -----------------------------------------------------------------------------
     def usable(self) -> bool:
-        return not self._disabled and not self._staged
+        """Searchable now: nothing staged, or this process's staged writes on top of a cache that
+        was current when their transaction began (nobody else can commit while it is open), which
+        ``search`` overlays exactly."""
+        return not self._disabled and (not self._staged or (self._loaded and not self._others))
 
     def sync(self) -> None:
         """Bring the cache up to the caller's read snapshot (call inside one)."""
@@ -147,7 +151,25 @@ class VectorCache:
             self._reset()
 
     def search(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id."""
+        """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id; inside
+        this process's write transaction, with what it staged (rows set, added, deleted)."""
+        if not self._staged:
+            return self._search_rows(qvec, k)
+        latest: dict[int, np.ndarray | None] = {}
+        for op, rid, code in self._staged:
+            latest[rid] = None if op == "delete" else code
+        hits = [h for h in self._search_rows(qvec, k + len(latest)) if h[0] not in latest]
+        live = [(rid, code) for rid, code in latest.items() if code is not None]
+        if live and k > 0:
+            codes = np.stack([c for _, c in live])
+            qf = quantize(qvec).astype(np.float32)
+            wide = codes.astype(np.int32)
+            dist = cosine_distances(codes.astype(np.float32) @ qf, np.einsum("ij,ij->i", wide, wide).astype(np.float64),
+                                    float(qf @ qf))
+            hits += [(rid, float(d)) for (rid, _), d in zip(live, dist, strict=True)]
+        return sorted(hits, key=lambda h: (h[1], h[0]))[:k]
+
+    def _search_rows(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
         n = self._n
         if k <= 0 or n == 0:
             return []
