@@ -436,13 +436,11 @@ class CoreFactWriter:
     def extract_prompt(self, segment_id: int) -> Prompt[Any] | None:
         """The prompt ``extract`` will send for this segment (None: the extractor asks no LLM),
         so that the worker can ask it ahead, beside other segments' prompts."""
-        make = getattr(self.extractor, "prompt", None)
-        if make is None:
+        if not isinstance(self.extractor, LLMFactExtractor):
             return None
         structure = self.db.structure
-        prompt: Prompt[Any] = make(structure.segment_messages(segment_id),
-                                           structure.trajectory_context(segment_id, 6))
-        return prompt
+        return self.extractor.prompt(structure.segment_messages(segment_id),
+                                     structure.trajectory_context(segment_id, 6))
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts with the same subject and type, plus the most similar ones."""

@@ -7,7 +7,8 @@ Provenance makes this exact: a message's vector, full-text row and structure mem
 with it; its segment and trajectory are recomputed from the remaining members (and removed if
 empty); CoreFacts whose every source is gone are deleted (a fact they had superseded becomes
 current again); a fact that keeps other sources loses the merge/update events that came only from
-the message, and an update it made is undone (a later merge re-derives such facts exactly: the
+the message, an update it made is undone and its validity starts at its earliest remaining
+source (a later merge re-derives such facts exactly: the
 tombstone marks the file dirty from their earliest source); ActiveFact evidence from it is removed
 and the clusters re-scored (a cluster left without statements disappears, a promotion that no
 longer holds is withdrawn).
@@ -58,9 +59,10 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         if fact is None:
             continue
         dirty.append(to_stored(fact.valid_from))
-        before = db.facts.drop_events_from(fid, mid)
+        before = db.facts.drop_unsupported_events(fid)
         if before is not None:
             db.facts.rewrite(fid, before, active_store.embed_passages([before])[0], now_stored())
+        db.facts.realign_valid_from(fid, now_stored())
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid)

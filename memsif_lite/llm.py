@@ -16,11 +16,13 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 from .errors import ConfigError, LLMError
+from .timeutil import now_stored
 
 __all__ = ["LLM", "ModelHealth", "Prompt", "CallRecord", "import_litellm", "require_litellm", "parse_json_object",
            "ReplyError", "SCHEMA_MODES", "response_format"]
@@ -116,6 +118,8 @@ class CallRecord:
     latency_ms: float
     ok: bool
     error: str | None
+    #: when the call ended (stored UTC form): a call made ahead is recorded a little later
+    at: str | None = None
 
 
 class ModelHealth:
@@ -193,46 +197,56 @@ class LLM:
         self.calls = 0
         self._litellm: Any = None
         self._ready: dict[tuple[str, ...], Future[Any]] = {}  # replies asked ahead, by prompt
-        self._records: list[CallRecord] = []  # calls made by the prefetch threads, not yet recorded
-        self._pool: ThreadPoolExecutor | None = None
+        self._records: deque[CallRecord] = deque()  # calls made by the helper threads, not yet recorded
+        self._slots = threading.BoundedSemaphore(max(concurrency - 1, 1))
 
     def prefetch(self, batch: Sequence[Prompt[Any]]) -> int:
-        """Start asking independent prompts on up to ``concurrency - 1`` other threads while this
-        one goes on (with its own calls); the reply waits for the ``complete`` call that asks the
-        same prompt, each used once. Returns how many were started. The threads touch nothing
-        but the HTTP client: their calls are recorded by this thread, at its next call."""
+        """Start asking independent prompts, at most ``concurrency - 1`` at a time beside this
+        thread's own calls; a reply waits for the ``complete`` call that asks the same prompt
+        (each is used once). Returns how many were started. The helper threads are daemons that
+        touch nothing but the HTTP client: their calls are recorded by this thread, at its next
+        call or ``settle``."""
         if self.concurrency < 2:
             return 0
         if self.in_transaction():
             raise RuntimeError("LLM prefetch inside a write transaction (a memsif_lite bug)")
         self._flush()
+        self._client()  # imported once, before the threads
         started = 0
         for p in batch:
             k = _prompt_key(p)
             if k in self._ready:
                 continue
-            if self._pool is None:
-                self._client()  # imported once, before the threads
-                self._pool = ThreadPoolExecutor(self.concurrency - 1, thread_name_prefix="memsif-llm")
-            self._ready[k] = self._pool.submit(self._call, p, self._records.append)
+            fut: Future[Any] = Future()
+            self._ready[k] = fut
+            threading.Thread(target=self._ask_ahead, args=(p, fut), name="memsif-llm", daemon=True).start()
             started += 1
         return started
 
+    def _ask_ahead(self, prompt: Prompt[Any], fut: Future[Any]) -> None:
+        with self._slots:
+            if not fut.set_running_or_notify_cancel():
+                return  # cancelled by settle() before its turn came
+            try:
+                fut.set_result(self._call(prompt, self._records.append))
+            except BaseException as e:  # noqa: BLE001 - handed to whoever asks for the reply
+                fut.set_exception(e)
+
     def settle(self) -> None:
-        """Wait for the prompts still in flight, record them and drop unused replies (the end of a
-        worker run). A configuration error met by one of them is raised here."""
-        futures, self._ready = list(self._ready.values()), {}
-        error = next((e for e in (f.exception() for f in futures) if isinstance(e, LLMError)), None)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """The end of a worker run: prompts not started yet are cancelled; those already asked
+        (answered or in flight) are kept for a later run that asks them (the newest few, if
+        nobody does); calls made so far are recorded. An exit never waits on the daemon threads."""
+        for k, f in list(self._ready.items()):
+            if f.cancel():
+                del self._ready[k]
+        extra = len(self._ready) - 4 * self.concurrency
+        for k in [k for k, f in self._ready.items() if f.done()][:max(extra, 0)]:
+            del self._ready[k]
         self._flush()
-        if error is not None:
-            raise error
 
     def _flush(self) -> None:
         while self._records:
-            self._record_one(self._records.pop(0))
+            self._record_one(self._records.popleft())
 
     def _client(self):
         if self._litellm is None:
@@ -310,7 +324,7 @@ class LLM:
 
     def _done(self, record: Callable[[CallRecord], None], purpose: str, t0: float, p: int, c: int, ok: bool,
               error: str | None) -> None:
-        record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error))
+        record(CallRecord(purpose, self.model, p, c, (time.perf_counter() - t0) * 1000.0, ok, error, now_stored()))
 
 
 def _prompt_key(p: Prompt[Any]) -> tuple[str, ...]:

@@ -114,7 +114,7 @@ def make_llm(db: Database, model: str | None, kwargs: Mapping[str, Any] | None, 
 
     def record(r: CallRecord) -> None:
         with map_errors():
-            db.admin.record_llm_call(at=now_stored(), purpose=r.purpose, model=r.model,
+            db.admin.record_llm_call(at=r.at or now_stored(), purpose=r.purpose, model=r.model,
                                      prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
                                      latency_ms=r.latency_ms, ok=r.ok, error=r.error)
 

@@ -81,12 +81,28 @@ def reply_type(name: str, **fields: Any) -> Any:
     return pd.create_model(name, __config__=pd.ConfigDict(strict=True, extra="ignore"), **fields)
 
 
-def _validator(model: Any, convert: Any) -> Any:
+def _clip(value: Any, schema: dict[str, Any], defs: dict[str, Any]) -> Any:
+    """Lists cut to the schema's ``maxItems`` (a model that ignored the bound — plain JSON mode —
+    loses its surplus items, not its whole reply); everything else is validated as it came."""
+    if "$ref" in schema:
+        schema = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+    if "anyOf" in schema and value is not None:
+        schema = next((s for s in schema["anyOf"] if s.get("type") != "null"), {})
+    if isinstance(value, list) and schema.get("type") == "array":
+        most = schema.get("maxItems")
+        return [_clip(v, schema.get("items", {}), defs) for v in (value if most is None else value[:most])]
+    if isinstance(value, dict) and "properties" in schema:
+        props = schema["properties"]
+        return {k: _clip(v, props[k], defs) if k in props else v for k, v in value.items()}
+    return value
+
+
+def _validator(model: Any, convert: Any, schema: dict[str, Any]) -> Any:
     """``obj -> convert(model instance)``, with any validation error as a ReplyError."""
     def validate(obj: dict[str, Any]) -> Any:
         pd = _pd()
         try:
-            return convert(model.model_validate(obj))
+            return convert(model.model_validate(_clip(obj, schema, schema.get("$defs", {}))))
         except pd.ValidationError as e:
             err = e.errors()[0]
             raise ReplyError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
@@ -94,7 +110,8 @@ def _validator(model: Any, convert: Any) -> Any:
 
 
 def _prompt(purpose: str, system: str, user: str, model: Any, convert: Any, max_tokens: int) -> Prompt[Any]:
-    return Prompt(purpose, system, user, _validator(model, convert), max_tokens, model.model_json_schema())
+    schema = model.model_json_schema()
+    return Prompt(purpose, system, user, _validator(model, convert, schema), max_tokens, schema)
 
 
 def _collapse(text: str) -> str:
@@ -175,8 +192,8 @@ def extract_facts(lines: Sequence[str], context: Sequence[str],
     user = (f"Fact types: {type_list}\n"
             + (data_block("earlier_context", context) + "\n" if context else "")
             + data_block("excerpt", numbered)
-            + '\nList the facts stated in the excerpt: {"facts": [...]} (an empty list if none). '
-              '"lines" are the excerpt line numbers that state the fact.')
+            + '\nList the facts stated in the excerpt: {"facts": [...]} (at most 6; an empty list if none; '
+              'each "stmt" under 160 characters). "lines" are the excerpt line numbers that state the fact.')
     n = len(lines)
 
     fact = reply_type("Fact", subject=(_text_type(60), ...), type=(_choice(list(types.values())), ...),

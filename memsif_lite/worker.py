@@ -61,6 +61,7 @@ class Worker:
         self.db = db
         self.segments, self.trajectories, self.core_facts, self.llm = segments, trajectories, core_facts, llm
         self._hints: dict[int, tuple[np.ndarray, list[str]]] = {}
+        self._asked: set[tuple[int, int]] = set()  # steps whose prompts were asked ahead
 
     def hint(self, message_id: int, vec: np.ndarray, ents: list[str]) -> None:
         """The vector and entities of a message just stored (saves reading them back)."""
@@ -95,6 +96,8 @@ class Worker:
             self._hints.clear()
             if self.llm is not None:
                 self.llm.settle()
+                if len(self._asked) > 10_000:
+                    self._asked.clear()
         pending, _ = self.db.queue.backlog()
         return ProcessReport(done, pending, time.perf_counter() - t0, stale)
 
@@ -135,7 +138,7 @@ class Worker:
             return self._drop(step)
         title = None
         if self.llm is not None:
-            title = self.llm.complete(prompts.title(segment_lines(self.db, sid, 12)))
+            title = self.llm.complete(self._title_prompt(sid))
         decision = self.trajectories.decide(sid)
         with self.db.write_or_join():
             if not self._still_pending(step):
@@ -184,26 +187,30 @@ class Worker:
         independent prompts of what waits — titles, CoreFact extraction — are asked together."""
         head = self.db.queue.head()
         llm = self.llm
-        if head is None or llm is None or llm.concurrency < 2 or head.kind == PLACE:
+        if head is None or llm is None or llm.concurrency < 2:
             return head
         waiting = self.db.queue.pending((CLOSE, EXTRACT), llm.concurrency)
-        if len(waiting) < llm.concurrency:
-            place = self.db.queue.first(PLACE)
-            if place is not None:
-                return place
         batch: list[Prompt[Any]] = []
         for w in waiting:
             assert w.segment_id is not None
-            if self.db.structure.segment_state(w.segment_id) is None:
+            if (w.message_id, w.sub) in self._asked or self.db.structure.segment_state(w.segment_id) is None:
                 continue
+            self._asked.add((w.message_id, w.sub))
             if w.kind == CLOSE:
-                batch.append(prompts.title(segment_lines(self.db, w.segment_id, 12)))
+                batch.append(self._title_prompt(w.segment_id))
             else:
                 p = self.core_facts.extract_prompt(w.segment_id)
                 if p is not None:
                     batch.append(p)
         llm.prefetch(batch)
+        if head.kind != PLACE and len(waiting) < llm.concurrency:
+            place = self.db.queue.first(PLACE)
+            if place is not None:
+                return place
         return head
+
+    def _title_prompt(self, sid: int) -> Prompt[str]:
+        return prompts.title(segment_lines(self.db, sid, 12))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _still_pending(self, step: Step) -> bool:

@@ -125,17 +125,20 @@ def test_offline_core_facts_supersede_keeps_history(memory):
         mem.fact_history(999)
 
 
-def test_exact_duplicates_merge_provenance(memory):
+@pytest.mark.parametrize("forgotten", [1, 2])
+def test_exact_duplicates_merge_provenance_and_forgetting_either_undoes_its_part(memory, forgotten):
     mem = memory(config=FACTS_CONFIG)
     mem.add("Maya", "I love ceramics.", at=T0)
     mem.add("Maya", "As you know, I love ceramics.", at=T0 + timedelta(days=3))
     mem.add("Leo", "ok", at=T0 + timedelta(days=4))
     [f] = mem.facts(type="Preference")
-    assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2)
+    assert f.stmt == "Maya loves ceramics" and f.message_ids == (1, 2) and f.valid_from == T0
     assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
-    mem.forget(message_id=2)  # the merge it made goes with it
+    mem.forget(message_id=forgotten)  # the merge it made goes with it; nothing stays dated by it
     [f] = mem.facts(type="Preference")
-    assert f.message_ids == (1,) and [e.op for e in mem.fact_history(f.id)] == ["add"]
+    kept = 3 - forgotten
+    assert f.message_ids == (kept,) and f.valid_from == T0 + timedelta(days=3 * (kept - 1))
+    assert [e.op for e in mem.fact_history(f.id)] == (["add"] if forgotten == 2 else ["add", "merge"])
 
 
 def test_offline_extractor_does_not_invent(memory):

@@ -93,6 +93,23 @@ def test_trajectory_judge_validation_rejects_unknown_candidates():
     assert json.dumps("Ana: hi") in user
 
 
+def test_bounded_lists_are_cut_not_rejected_and_raw_control_characters_pass():
+    """A model that ignores the schema's bounds (plain JSON mode) keeps its first items; a raw
+    newline inside a string (llama.cpp's grammar emits one) is read, then collapsed."""
+    from memsif_lite import Config, prompts
+
+    prompt = prompts.extract_facts(["Ana: I live in Porto.", "Ana: I love tea."], [], Config().fact_schema)
+    many = {"facts": [{"subject": "Ana", "type": "Identity", "stmt": f"Ana fact {i}", "lines": [1, 2, 1, 2, 2]}
+                      for i in range(9)]}
+    got = prompt.validate(many)
+    assert [g[2] for g in got] == [f"Ana fact {i}" for i in range(6)] and got[0][3] == [0, 1]
+    assert prompt.schema["properties"]["facts"]["maxItems"] == 6
+    raw = '{"facts": [{"subject": "Ana", "type": "Identity", "stmt": "Ana lives\n in Porto", "lines": [1]}]}'
+    assert prompt.validate(parse_json_object(raw))[0][2] == "Ana lives in Porto"
+    with pytest.raises(ReplyError):  # still strict about what the items say
+        prompt.validate({"facts": [{"subject": "Ana", "type": "Mood", "stmt": "x y z", "lines": [1]}]})
+
+
 # -- CoreFacts through the LLM: extraction and the four operations --------------------------------
 def _route_facts(server, script):
     """Boundary → split, trajectory → none, extraction and operation replies from ``script``."""

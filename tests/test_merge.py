@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, raw
@@ -95,6 +95,9 @@ ops = st.lists(st.tuples(st.sampled_from(["add", "add", "forget"]), st.integers(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_ancestor=st.integers(0, 6), ops_a=ops, ops_b=ops, seed=st.integers(0, 1000))
+# found by CI: a message forgotten on one side had merged into a fact that other messages keep
+@example(n_ancestor=0, ops_a=[], ops_b=[("add", 0), ("add", 0), ("add", 1), ("add", 0), ("add", 1), ("forget", 193)],
+         seed=0)
 def test_merge_properties_on_random_diverged_pairs(n_ancestor, ops_a, ops_b, seed):
     with tempfile.TemporaryDirectory() as d:
         d_ = Path(d)

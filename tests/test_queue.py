@@ -115,6 +115,85 @@ def test_llm_concurrency_asks_independent_prompts_together_and_changes_no_result
     assert got[1][1] == 1 and 2 <= got[4][1] <= 4
 
 
+def test_bounded_runs_reuse_replies_asked_ahead(tmp_path, model):
+    """process(max_steps=...) in slices asks no more than one drain: a reply asked ahead and not
+    used before the slice ended waits for the next slice."""
+    items = _messages([(i % 10, (7 * i + 3) % 10) for i in range(24)])
+    cfg = Config(**{**CFG.__dict__, "llm_concurrency": 4})
+    kw = dict(embedder=FakeEmbedder(), config=cfg, llm="openai/m", llm_kwargs=model.llm_kwargs(), process="manual")
+    with Memory(tmp_path / "drain.db", **kw) as mem:
+        mem.add_many(items)
+        mem.process()
+        once, want = mem.stats()["llm_calls"], _structure(mem)
+    with Memory(tmp_path / "slices.db", **kw) as mem:
+        mem.add_many(items)
+        while mem.process(max_steps=3).pending:
+            pass
+        assert _structure(mem) == want
+        assert mem.stats()["llm_calls"] <= once + 4  # at most the cancelled-then-asked-again few
+
+
+def test_a_configuration_error_met_ahead_is_raised(memory):
+    """A prompt asked ahead that meets a configuration error (rejected credentials) raises
+    LLMError when its step needs the reply, exactly as a call made in place would."""
+    with FakeLLMServer() as server:
+        server.route({prompts.TITLE_SYSTEM: {"status": 401}}, default='{"continues": false}')
+        cfg = Config(**{**CFG.__dict__, "llm_concurrency": 3})
+        mem = memory(config=cfg, llm="openai/m", llm_kwargs=server.llm_kwargs(), process="manual")
+        mem.add_many(_messages([(i % 10, (3 * i + 1) % 10) for i in range(12)]))
+        with pytest.raises(LLMError):
+            mem.process()
+        assert mem.stats()["pending_steps"] > 0 and mem.stats()["messages"] == 12
+
+
+def test_closing_never_waits_for_calls_asked_ahead(tmp_path):
+    """Background processing with requests asked ahead: close() and the process's exit do not
+    wait for a model that takes a minute (the helper threads are daemons)."""
+    hold = threading.Event()
+
+    flag = tmp_path / "asked-ahead"
+
+    def stuck(req: dict) -> str:
+        if req["messages"][0]["content"] in (prompts.TITLE_SYSTEM, prompts.EXTRACT_SYSTEM):
+            flag.touch()
+            hold.wait(60)  # the prompts asked ahead never come back while the test runs
+        return deterministic_llm(req)
+
+    script = textwrap.dedent("""
+        import sys, time
+        sys.path.insert(0, sys.argv[3])
+        from fakes import FakeEmbedder
+        from memsif_lite import Config, Memory
+        cfg = Config(tau_split=0.2, tau_merge=0.8, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=120,
+                     llm_concurrency=4)
+        mem = Memory(sys.argv[1], embedder=FakeEmbedder(), config=cfg, llm="openai/m",
+                     llm_kwargs={"api_base": sys.argv[2], "api_key": "x"}, process="background")
+        words = ["marathon", "bread", "tax", "garden", "violin", "Lisbon", "Porto", "dog"]
+        mem.add_many([{"speaker": "Ana", "text": f"I love {words[i % 8]} and {words[(3 * i) % 8]}",
+                       "at": f"2024-03-01T{9 + i // 6:02d}:{(i * 7) % 60:02d}:00"} for i in range(12)])
+        flag = __import__("pathlib").Path(sys.argv[4])
+        for _ in range(600):  # until a title or extraction is in flight
+            if flag.exists():
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        mem.close()
+        print("closed", flush=True)
+    """)
+    with FakeLLMServer(default=stuck) as server:
+        t = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "bg.db"), server.url,
+                              str(Path(__file__).parent), str(flag)], capture_output=True, text=True, timeout=150)
+        took = time.monotonic() - t
+        hold.set()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "closed" in out.stdout and flag.exists()
+    assert took < 45, f"exit waited for the model ({took:.0f} s)"
+    with Memory(tmp_path / "bg.db", embedder=FakeEmbedder(), config=CFG, process="manual") as mem:
+        assert mem.stats()["messages"] == 12  # nothing lost; unfinished steps wait in the queue
+        assert mem.check() == []
+
+
 def test_until_placed_a_message_is_searchable_and_in_context(memory, model):
     mem = memory(config=CFG, llm="openai/m", llm_kwargs=model.llm_kwargs(), process="manual")
     mid = mem.add("Ana", "I adopted a greyhound called Comet", at=T0)
@@ -226,9 +305,13 @@ def test_kill_9_while_processing_loses_nothing_and_the_queue_resumes(tmp_path, p
     hit = threading.Event()
 
     def model(req: dict) -> str:
-        if req["messages"][0]["content"] == purpose and not hit.is_set():
+        system = req["messages"][0]["content"]
+        if system == purpose and not hit.is_set():
             hit.set()
             time.sleep(120)  # the child is killed while waiting for this reply
+        if system == prompts.EXTRACT_SYSTEM:  # a fact from every segment, so that operations are asked
+            return json.dumps({"facts": [{"subject": "Ana", "type": "Preference", "lines": [1],
+                                          "stmt": f"Ana likes thing {_h(req['messages'][1]['content']) % 3}"}]})
         return deterministic_llm(req)
 
     with FakeLLMServer(default=model) as server:

@@ -104,14 +104,15 @@ class CoreFacts(Table):
             (kept if left else orphans).append(f)
         return orphans, kept
 
-    def drop_events_from(self, fid: int, mid: int) -> str | None:
-        """Delete the merge/update events of a fact that came only from message ``mid`` (or from
-        messages no longer stored). Returns the statement the remaining history ends with when it
-        differs from the fact's current one (an update from ``mid`` to undo), else None."""
+    def drop_unsupported_events(self, fid: int) -> str | None:
+        """Delete the merge/update events of a fact that came only from messages no longer among
+        its sources. Returns the statement the remaining history ends with when it differs from
+        the fact's current one (an update to undo), else None."""
+        remaining = set(self.sources(fid))  # (not "messages that exist": a forgotten id can be reused)
         for hid, detail in self.con.execute(
                 "SELECT id, detail FROM fact_history WHERE fact_id=? AND op IN ('merge','update')", (fid,)).fetchall():
             ids = _event_sources(detail)
-            if ids is not None and all(m == mid or not self._message_exists(m) for m in ids):
+            if ids is not None and not remaining.intersection(ids):
                 self.con.execute("DELETE FROM fact_history WHERE id=?", (hid,))
         wording = None  # replay: the wording each remaining event leaves
         for hid, op, stmt in self.con.execute(
@@ -122,8 +123,17 @@ class CoreFacts(Table):
                 self.con.execute("UPDATE fact_history SET stmt=? WHERE id=?", (wording, hid))
         return None if wording is None or wording == self.stmt(fid) else str(wording)
 
-    def _message_exists(self, mid: int) -> bool:
-        return self.con.execute("SELECT 1 FROM messages WHERE id=?", (mid,)).fetchone() is not None
+    def realign_valid_from(self, fid: int, now: str) -> None:
+        """After a source went: a fact holds from its earliest remaining source when the time it
+        had is none of theirs (the facts it superseded end then too)."""
+        row = self.con.execute("SELECT valid_from FROM core_facts WHERE id=?", (fid,)).fetchone()
+        times = {t for (t,) in self.con.execute(
+            "SELECT m.at FROM fact_sources s JOIN messages m ON m.id=s.message_id WHERE s.fact_id=?", (fid,))}
+        if row is None or not times or row[0] in times:
+            return
+        new = min(times)
+        self.con.execute("UPDATE core_facts SET valid_from=?, updated_at=? WHERE id=?", (new, now, fid))
+        self.con.execute("UPDATE core_facts SET valid_to=? WHERE superseded_by=? AND valid_to=?", (new, fid, row[0]))
 
     # -- reads for the API -------------------------------------------------------------------------
     def exists(self, fid: int) -> bool:
