@@ -346,7 +346,7 @@ class QueryPipeline:
         lap("sufficiency")
         evidence: Iterable[EvidenceItem] = ()
         if not sufficient:
-            ranked = [m for m, _ in self.retriever.rank_with_structure(question, flt=flt)]
+            ranked = [m for m, _ in self.retriever.rank_with_structure(question, flt=flt, limit=60)]
             lap("retrieval")
             got: Iterable[EvidenceItem] | None = (self._llm_evidence(question, ranked) if self.llm is not None
                                                   else None)

@@ -14,7 +14,7 @@ from .filters import MessageFilter
 from .timeutil import from_stored
 from .types import SearchResult
 
-__all__ = ["Retriever", "fts_query", "rrf", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
+__all__ = ["Retriever", "fts_query", "rrf", "top_scored", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
 
 RRF_K = 60
 #: BM25 weight of the speaker column relative to the text (names in questions matter, but less)
@@ -47,8 +47,17 @@ def rrf(*rankings: list[int], k: int = RRF_K) -> dict[int, float]:
     return scores
 
 
-def _ranked(scores: dict[int, float]) -> list[tuple[int, float]]:
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+def top_scored(scores: dict[int, float], limit: int | None = None) -> list[tuple[int, float]]:
+    """Items by score, best first, ties by id; only the best ``limit`` (the same ones a full sort
+    would put first, found by partition when there are many: trajectories can add thousands)."""
+    if limit is None or len(scores) <= 4 * limit:
+        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    ids = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
+    vals = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    part = np.argpartition(-vals, limit - 1)[:limit]
+    part = np.flatnonzero(vals >= vals[part].min())  # every tie at the cut, ordered by id below
+    order = part[np.lexsort((ids[part], -vals[part]))][:limit]
+    return [(int(ids[i]), float(vals[i])) for i in order]
 
 
 class Retriever:
@@ -95,17 +104,17 @@ class Retriever:
         depth = max(4 * k, 50)
         msg_scores = self.message_scores(query, depth, flt)
         if level == "message":
-            top = _ranked(msg_scores)[:k]
+            top = top_scored(msg_scores)[:k]
             rows = self.db.messages.many([m for m, _ in top])
             return [_message_hit(rows[mid], score) for mid, score in top]
-        msg_rank = [mid for mid, _ in _ranked(msg_scores)]
+        msg_rank = [mid for mid, _ in top_scored(msg_scores)]
         unit_of = self.db.structure.unit_of(level, msg_rank)
         dense = self._unit_dense(level, self.embed_query(query), depth, flt)
-        top = _ranked(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:k]
+        top = top_scored(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:k]
         return [_unit_hit(level, uid, self._members(level, uid, flt), score) for uid, score in top]
 
-    def rank_with_structure(self, query: str, *, depth: int = 200,
-                            flt: MessageFilter | None = None) -> list[tuple[int, float]]:
+    def rank_with_structure(self, query: str, *, depth: int = 200, flt: MessageFilter | None = None,
+                            limit: int | None = None) -> list[tuple[int, float]]:
         """Rank messages for a query using the interaction structure (paper §3.5's fall-back to
         Structured Interaction Memory).
 
@@ -114,27 +123,28 @@ class Retriever:
         (units ranked by their own vectors and by their best member); a weight of 0 leaves that
         level out. Members of the top ``top_units`` segments and trajectories become candidates
         even when no message-level ranking found them: that is how neighbouring turns and
-        non-contiguous turns of the same event reach the context. The defaults were chosen on the
+        non-contiguous turns of the same event reach the context (``limit``: only the best so
+        many). The defaults were chosen on the
         LoCoMo development half (benchmarks/locomo.py). With a filter, only matching messages are
         ranked, only units holding one are considered, and only their matching members are added.
         """
         qvec = self.embed_query(query)
         msg_scores = rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
-        msg_rank = [m for m, _ in _ranked(msg_scores)]
+        msg_rank = [m for m, _ in top_scored(msg_scores)]
         total: dict[int, float] = dict(msg_scores)
         for level, weight in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight)):
             if weight <= 0:
                 continue
             unit_of = self.db.structure.unit_of(level, msg_rank)
             dense = self._unit_dense(level, qvec, max(self.top_units * 4, 32), flt)
-            for uid, us in _ranked(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:self.top_units]:
+            for uid, us in top_scored(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:self.top_units]:
                 members = self.db.structure.member_ids(level, uid)
                 if flt is not None:
                     keep = self.db.filters.keep(members, flt)
                     members = [m for m in members if m in keep]
                 for mid in members:
                     total[mid] = total.get(mid, 0.0) + weight * us
-        return _ranked(total)
+        return top_scored(total, limit)
 
 
 def _message_hit(r: MessageRow, score: float) -> SearchResult:

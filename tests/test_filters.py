@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from memsif_lite import InvalidInputError, Memory
 from memsif_lite.filters import MessageFilter
-from memsif_lite.retrieval import rrf
+from memsif_lite.retrieval import rrf, top_scored
 
 SPEAKERS = ["Ana", "Bo", "Cy"]
 WORDS = ["violin", "lisbon", "garden", "puppy", "coffee", "marathon", "piano", "market", "river", "castle"]
@@ -133,3 +133,15 @@ def test_filter_values_are_normalised():
         timedelta(hours=2))), until="2024-05-02")
     assert f == MessageFilter(("Ana Maria",), ("1",), "2024-05-01T00:00:00", "2024-05-02T23:59:59.999999")
     assert MessageFilter.build() is None and MessageFilter.build(speakers=[]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(scores=st.dictionaries(st.integers(1, 5000),
+                              st.sampled_from([0.1, 0.2, 0.25, 0.5, 1 / 3, 0.7]) | st.floats(0, 1), max_size=400),
+       limit=st.integers(1, 60))
+def test_the_best_few_are_the_head_of_the_full_ranking(scores, limit):
+    """The partitioned top-``limit`` (used when trajectories add thousands of candidates) is
+    exactly the head of the full sort: same items, same order, ties by id."""
+    full = top_scored(scores)
+    assert full == sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert top_scored(scores, limit) == full[:limit]
