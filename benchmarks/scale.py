@@ -215,17 +215,22 @@ def main() -> None:
     ap.add_argument("--messages", default="1000,10000,100000")
     ap.add_argument("--real", default=None, help="a LoCoMo folder: replicate its turns instead of synthetic text")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--keep", default=None, help="keep the memory files in this folder (e.g. for fts_variants.py)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child run: one size, JSON out
     args = ap.parse_args()
     if args.one:
         with tempfile.TemporaryDirectory() as d:
-            print(json.dumps(run_size(int(args.messages), Path(d), args.real)), flush=True)
+            where = Path(args.keep) if args.keep else Path(d)
+            where.mkdir(parents=True, exist_ok=True)
+            print(json.dumps(run_size(int(args.messages), where, args.real)), flush=True)
         return
     runs = []
     for n in (int(x) for x in args.messages.split(",")):
         cmd = [sys.executable, __file__, "--one", "--messages", str(n), "--out", "-"]
         if args.real:
             cmd += ["--real", args.real]
+        if args.keep:
+            cmd += ["--keep", args.keep]
         # one BLAS thread for the cache and the numpy reference alike: on a shared 2-core machine a
         # multithreaded BLAS swings the reference scan's timing by an order of magnitude
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}
