@@ -386,7 +386,7 @@ class QueryPipeline:
     # -- ActiveFact accumulation -------------------------------------------------------------------
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
         """Fold one answered question's evidence into the candidate clusters (one transaction)."""
-        missing = [m for e in evidence for m in e.message_ids if not self.db.messages.exists(m)]
+        missing = self.db.messages.missing([m for e in evidence for m in e.message_ids])
         if missing:
             raise NotFoundError(f"no message with id {missing[0]}")
         qvec = self.embed_query(question)

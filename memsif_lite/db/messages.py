@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ..int8 import quantize
@@ -75,6 +77,16 @@ class Messages(Table):
 
     def exists(self, mid: int) -> bool:
         return self.con.execute("SELECT 1 FROM messages WHERE id=?", (mid,)).fetchone() is not None
+
+    def missing(self, ids: Sequence[int]) -> list[int]:
+        """Those of ``ids`` that are not stored, in the order given."""
+        have: set[int] = set()
+        uniq = list(dict.fromkeys(ids))
+        for start in range(0, len(uniq), 500):
+            chunk = uniq[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            have.update(r for (r,) in self.con.execute(f"SELECT id FROM messages WHERE id IN ({marks})", chunk))
+        return [m for m in ids if m not in have]
 
     def nearest(self, qvec: np.ndarray, depth: int) -> list[tuple[int, float]]:
         """(id, cosine distance) of the ``depth`` nearest messages: from the in-process cache
