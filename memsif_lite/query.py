@@ -35,7 +35,7 @@ from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, local_time, relative_notes, to_stored
 from .tokens import count_tokens
 
-__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer", "spread"]
+__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
 
 #: offline sufficiency: cosine between the question and a query that promoted an ActiveFact
 SUFFICIENT_QUERY = 0.95
@@ -51,9 +51,6 @@ MAX_EVIDENCE_TOKENS = 60
 LOW_INFO_WORDS = 1
 #: offline, the reply to each of this many best-ranked messages that ask something follows it; 0: off
 REPLY_OF_TOP = 5
-#: offline, evidence from one Topical Segment beyond this many lines waits until every other
-#: candidate line has had its turn (the budget spreads over more segments); 0: off
-PER_SEGMENT = 0
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
@@ -238,22 +235,6 @@ def with_replies(ranked: Sequence[int], rows: dict[int, MessageRow], top: int) -
 _DIGIT = re.compile(r"\d")
 
 
-def spread(ranked: Sequence[int], segment_of: dict[int, int], per_segment: int) -> list[int]:
-    """The ranking with each segment's lines beyond the first ``per_segment`` moved after all
-    the others (keeping their order); a line outside any segment is never moved."""
-    if per_segment <= 0:
-        return list(ranked)
-    first: list[int] = []
-    later: list[int] = []
-    seen: dict[int, int] = {}
-    for mid in ranked:
-        sid = segment_of.get(mid)
-        if sid is not None:
-            seen[sid] = seen.get(sid, 0) + 1
-        (later if sid is not None and seen[sid] > per_segment else first).append(mid)
-    return first + later
-
-
 def low_information(text: str, min_words: int) -> bool:
     """A greeting, thanks or acknowledgement: no number and fewer than ``min_words`` content
     words once stop words and capitalised words (names) are left out."""
@@ -373,8 +354,6 @@ class QueryPipeline:
                 nxt = [m + 1 for m in ranked[:REPLY_OF_TOP]] if flt is None else []  # a filter may exclude them
                 rows = self.db.messages.many(ranked[:60] + nxt)
                 ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
-                if PER_SEGMENT > 0:
-                    ranked = spread(ranked, self.db.structure.unit_of("segment", ranked), PER_SEGMENT)
                 got = _offline_evidence(rows, ranked, _query_words(question), 60)
             evidence = got
             lap("evidence")

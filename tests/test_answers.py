@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from memsif_lite import Memory
 from memsif_lite.answers import DONT_KNOW, content_words, offline_answer
-from memsif_lite.query import EvidenceItem, FactItem, spread
+from memsif_lite.query import EvidenceItem, FactItem
 
 T1, T2 = datetime(2024, 1, 10, 9), datetime(2024, 3, 16, 20, 31)
 
@@ -133,22 +130,3 @@ def test_two_sentences_of_one_message_beat_a_fact_that_shares_less():
     ans = offline_answer("What is the name of Leo's dog?", [adopted], [ev], False)
     assert ans == "Leo (2024-03-16): Big news, I adopted a dog from the shelter! Her name is Pixel."
 
-
-@settings(max_examples=200, deadline=None)
-@given(ranked=st.lists(st.integers(1, 60), unique=True, max_size=40),
-       seg=st.dictionaries(st.integers(1, 60), st.integers(1, 6)), per=st.integers(0, 4))
-def test_spread_moves_only_a_segments_surplus_and_keeps_order(ranked, seg, per):
-    out = spread(ranked, seg, per)
-    assert sorted(out) == sorted(ranked)  # a permutation: nothing lost, nothing added
-    if per == 0:
-        assert out == ranked
-        return
-    counts: dict[int, int] = {}
-    surplus = []
-    for m in ranked:
-        if m in seg:
-            counts[seg[m]] = counts.get(seg[m], 0) + 1
-            if counts[seg[m]] > per:
-                surplus.append(m)
-    front = [m for m in ranked if m not in surplus]
-    assert out == front + surplus  # each part in rank order; every segment's first `per` stay in front
