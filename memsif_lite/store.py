@@ -194,11 +194,22 @@ def inspect(path: str | Path) -> FileInfo | None:
         raise NotAMemoryFileError(f"cannot open {p} as SQLite: {e}") from e
     try:
         _harden(con)
+        meta_rows: list[Any] | BaseException
         try:
-            ok = _sql(con, "PRAGMA quick_check").fetchall()
-            app_id = _sql(con, "PRAGMA application_id").fetchone()[0]
-            version = _sql(con, "PRAGMA user_version").fetchone()[0]
-            rows = _sql(con, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
+            # one read transaction: another process may be migrating the file right now, and its
+            # version and schema must be read from the same snapshot
+            _sql(con, "BEGIN")
+            try:
+                ok = _sql(con, "PRAGMA quick_check").fetchall()
+                app_id = _sql(con, "PRAGMA application_id").fetchone()[0]
+                version = _sql(con, "PRAGMA user_version").fetchone()[0]
+                rows = _sql(con, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
+                try:
+                    meta_rows = _sql(con, "SELECT key, value FROM meta").fetchall()
+                except apsw.SQLError as e:  # no meta table: judged below, after the version checks
+                    meta_rows = e
+            finally:
+                _sql(con, "COMMIT")
         except (apsw.NotADBError, apsw.CorruptError) as e:
             raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
         except apsw.Error as e:
@@ -219,7 +230,9 @@ def inspect(path: str | Path) -> FileInfo | None:
         if version < 1:
             raise MemoryFileError(f"{p} carries the memsif application id but no schema")
         try:
-            meta = dict(_sql(con, "SELECT key, value FROM meta").fetchall())
+            if isinstance(meta_rows, BaseException):
+                raise meta_rows
+            meta = dict(meta_rows)
             dim = int(meta["embedding_dim"])
         except (apsw.Error, KeyError, ValueError, TypeError) as e:
             raise MemoryFileError(f"{p} has no valid meta table: {e}") from e

@@ -254,3 +254,26 @@ def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, ste
         finally:
             a.close()
             b.close()
+
+
+def test_a_cache_loaded_inside_a_rolled_back_transaction_keeps_no_ghost(tmp_path):
+    """A merge reloads the caches inside its transaction (after rewriting rows under them); if
+    that transaction rolls back, rows it read must not survive in the cache."""
+    db = _database(tmp_path / "m.db", 16)
+    try:
+        rng = np.random.default_rng(3)
+        keep = db.structure.caches["segment"]
+        with db.write():
+            real = db.structure.create_segment(_unit(rng, 1, 16)[0], [], "2024-01-01T00:00:00")
+        q = _unit(rng, 1, 16)[0]
+        assert db.structure.dense("segment", q, 10) == [real]
+        with pytest.raises(RuntimeError):
+            with db.write():
+                ghost = db.structure.create_segment(q, [], "2024-01-02T00:00:00")
+                keep.invalidate()  # as a merge does after rewriting rows
+                assert db.structure.dense("segment", q, 10)[0] == ghost  # reloaded inside the transaction
+                raise RuntimeError("the merge failed")
+        assert db.structure.dense("segment", q, 10) == [real]
+        assert [u for u, _ in db.structure.knn("segment_vec", q, 10)] == [real]
+    finally:
+        db.close()

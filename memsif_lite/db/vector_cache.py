@@ -59,6 +59,8 @@ class VectorCache:
         self._staged: list[tuple[str, int, np.ndarray | None]] = []
         self._scratch = np.empty((BLOCK, dim), dtype=np.float32)
         self._others = True
+        self._in_txn = False            # inside this process's write transaction (begin .. commit/rollback)
+        self._read_in_txn = False       # and rows were loaded during it
 
     # -- this process's writes --------------------------------------------------------------
     def stage_add(self, mid: int, code: np.ndarray) -> None:
@@ -77,6 +79,9 @@ class VectorCache:
 
     def rollback(self) -> None:
         self._staged.clear()
+        if self._read_in_txn:  # rows were read inside the transaction: some may never have existed
+            self._reset()
+        self._in_txn = self._read_in_txn = False
 
     def invalidate(self) -> None:
         """Forget everything (after a bulk rewrite such as an import): reload at the next query."""
@@ -87,10 +92,12 @@ class VectorCache:
         """Inside this process's write transaction: note whether others committed since the last
         sync (then this process's ids may not be the next ones, and the high-water id stays)."""
         self._others = self._data_version() != self._dv
+        self._in_txn, self._read_in_txn = True, False
 
     def commit(self) -> None:
         """This process's transaction committed: apply what it staged."""
         staged, self._staged = self._staged, []
+        self._in_txn = self._read_in_txn = False
         if not self._loaded or not staged:
             return
         others = self._others
@@ -146,6 +153,7 @@ class VectorCache:
             self._append(ids, codes)
             self._hw = max(self._hw, int(ids.max()))
         self._dv, self._epoch, self._loaded = dv, epoch, True
+        self._read_in_txn = self._read_in_txn or self._in_txn
         if self.nbytes > MAX_BYTES:
             self._disabled = True
             self._reset()
