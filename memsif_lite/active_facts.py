@@ -26,6 +26,7 @@ import numpy as np
 from .db import Database
 from .entities import normalise
 from .matching import coherence
+from .errors import InvalidInputError
 from .timeutil import now_stored
 
 __all__ = ["Evidence", "source_score", "query_score", "is_promoted", "ActiveFactStore", "COMPATIBLE",
@@ -47,6 +48,14 @@ class Evidence:
     stmt: str
     subject: str
     message_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stmt, str) or not isinstance(self.subject, str):
+            raise InvalidInputError("Evidence stmt and subject must be strings")
+        ids = tuple(self.message_ids) if isinstance(self.message_ids, (tuple, list)) else None
+        if ids is None or not all(isinstance(m, int) and not isinstance(m, bool) for m in ids):
+            raise InvalidInputError("Evidence message_ids must be a tuple of message ids (integers)")
+        object.__setattr__(self, "message_ids", ids)
 
 
 def source_score(n_sources: int, statement_vectors: np.ndarray, levels: tuple[float, float]) -> float:

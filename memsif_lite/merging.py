@@ -219,7 +219,7 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         dirty = db.tombstones.dirty_from()
         times = [m.at for m in fresh] + [m.at for m in remove] + ([dirty] if dirty else [])
         start, placed = rebuild(db, min(times), fresh) if times else (None, [])
-        if placed or removed:
+        if start is not None or removed:  # rows were rewritten under the caches without staging
             db.merge.caches_changed()
         replayed = len(placed)
         if process_now:  # saves reading each vector back

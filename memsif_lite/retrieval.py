@@ -50,6 +50,8 @@ def rrf(*rankings: list[int], k: int = RRF_K) -> dict[int, float]:
 def top_scored(scores: dict[int, float], limit: int | None = None) -> list[tuple[int, float]]:
     """Items by score, best first, ties by id; only the best ``limit`` (the same ones a full sort
     would put first, found by partition when there are many: trajectories can add thousands)."""
+    if limit is not None and limit <= 0:
+        return []
     if limit is None or len(scores) <= 4 * limit:
         return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     ids = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))

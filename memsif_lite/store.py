@@ -185,7 +185,24 @@ def inspect(path: str | Path) -> FileInfo | None:
     if not head.startswith(_SQLITE_MAGIC):
         raise NotAMemoryFileError(f"{p} is not an SQLite database (and so not a memsif memory file)")
     # without a -wal file the main file is all there is: read it immutable so that not even
-    # empty -wal/-shm side files are created next to a file we may refuse
+    # empty -wal/-shm side files are created next to a file we may refuse. Immutable reads take
+    # no lock: if the file changed while it was read (another process just opened and migrated
+    # it), a refusal is not trusted and the file is read once more.
+    stamp = _stamp(p)
+    try:
+        return _inspect_sqlite(p)
+    except MemoryFileError:
+        if _stamp(p) == stamp:
+            raise
+        return _inspect_sqlite(p)
+
+
+def _stamp(p: Path) -> tuple[int, int, bool]:
+    st = p.stat()
+    return st.st_size, st.st_mtime_ns, Path(f"{p}-wal").exists()
+
+
+def _inspect_sqlite(p: Path) -> FileInfo | None:
     has_wal = Path(f"{p}-wal").exists()
     uri = "file:" + _uri_path(p) + ("?mode=ro" if has_wal else "?mode=ro&immutable=1")
     try:
@@ -208,8 +225,12 @@ def inspect(path: str | Path) -> FileInfo | None:
                     meta_rows = _sql(con, "SELECT key, value FROM meta").fetchall()
                 except apsw.SQLError as e:  # no meta table: judged below, after the version checks
                     meta_rows = e
-            finally:
-                _sql(con, "COMMIT")
+            except BaseException:
+                if not con.get_autocommit():  # (an I/O error may have ended it already)
+                    with contextlib.suppress(apsw.Error):
+                        _sql(con, "ROLLBACK")
+                raise
+            _sql(con, "COMMIT")
         except (apsw.NotADBError, apsw.CorruptError) as e:
             raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
         except apsw.Error as e:

@@ -86,6 +86,9 @@ def test_promotion_needs_recurring_demand_and_several_sources(tmp_path):
     mem = _store_with_messages(tmp_path, cfg=Config(sem_low=0.0, sem_high=1.0, theta_s=0.3, theta_q=0.3))
     stmt = "Ana swims at the city pool"
     qs = ["where does ana swim", "which pool does ana swim in", "ana swimming pool where"]
+    for bad in (("5",), (1.0,), (True,), 5):
+        with pytest.raises(InvalidInputError):
+            Evidence(stmt, "Ana", bad)  # type: ignore[arg-type]
     with pytest.raises(NotFoundError, match="999"):  # evidence naming a message not stored: nothing is kept
         mem.accumulate(qs[0], [Evidence(stmt, "Ana", (1, 999)), Evidence(stmt, "Ana", (3,))])
     assert mem.candidates() == []

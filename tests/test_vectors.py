@@ -277,3 +277,22 @@ def test_a_cache_loaded_inside_a_rolled_back_transaction_keeps_no_ghost(tmp_path
         assert [u for u, _ in db.structure.knn("segment_vec", q, 10)] == [real]
     finally:
         db.close()
+
+
+def test_an_id_freed_here_and_reused_by_another_connection_is_found(tmp_path):
+    """Message ids are reused after the newest is deleted (no AUTOINCREMENT): this process's cache
+    must not skip the row another process stores under the freed id."""
+    a, b = _database(tmp_path / "m.db", 16), _database(tmp_path / "m.db", 16)
+    try:
+        vecs = _unit(np.random.default_rng(7), 4, 16)
+        ids = _insert(a, vecs[:3])
+        assert len(a.messages.nearest(vecs[0], 10)) == 3  # a's cache is loaded
+        with a.write():
+            a.messages.delete(ids[-1])
+        [again] = _insert(b, vecs[3:])
+        assert again == ids[-1]  # the freed id, reused
+        got = [m for m, _ in a.messages.nearest(vecs[3], 10)]
+        assert got[0] == again and sorted(got) == sorted(m for m, _ in a.messages.knn("message_vec", vecs[3], 10))
+    finally:
+        a.close()
+        b.close()

@@ -70,9 +70,9 @@ class Database:
             for c in self.caches:
                 c.rollback()
             raise
-        with store.map_errors():
-            for c in self.caches:
-                c.commit()
+        with store.map_errors(), contextlib.ExitStack() as every:
+            for c in self.caches:  # each cache is reached even if another one fails
+                every.callback(c.commit)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:

@@ -93,6 +93,7 @@ class VectorCache:
         sync (then this process's ids may not be the next ones, and the high-water id stays)."""
         self._others = self._data_version() != self._dv
         self._in_txn, self._read_in_txn = True, False
+        self._staged.clear()  # nothing staged outlives its transaction
 
     def commit(self) -> None:
         """This process's transaction committed: apply what it staged."""
@@ -122,6 +123,10 @@ class VectorCache:
                 self._append(np.array([mid], dtype=np.int64), code[None, :])
                 if not others:
                     self._hw = max(self._hw, mid)
+        if self.append_only and any(op == "delete" for op, _, _ in staged):
+            # a deleted newest id is free again (no AUTOINCREMENT): another process may reuse it,
+            # so the high-water mark comes down to what is held (sync skips rows it already has)
+            self._hw = min(self._hw, int(self._ids[:self._n].max(initial=0)))
 
     # -- reads -----------------------------------------------------------------------------
     def usable(self) -> bool:
