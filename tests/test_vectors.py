@@ -193,7 +193,8 @@ def test_two_processes_cache_never_stale(tmp_path):
             late = drain(0)  # a forget announced up to now may have committed before the query
             ids = {m for m, _ in got}
             doomed = {mid for op, mid, _ in late if op == "forgetting"}
-            assert got[0][0] == newest or got[0][1] == got[1][1]
+            # the newest this side knows of may be forgotten meanwhile (the writer only spares its own newest)
+            assert got[0][0] == newest or newest in doomed or got[0][1] == got[1][1]
             assert set(alive) - doomed <= ids
             assert not (forgotten & ids)
             apply(late)
