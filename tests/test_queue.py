@@ -97,7 +97,7 @@ def test_llm_concurrency_asks_independent_prompts_together_and_changes_no_result
     llm_concurrency in flight), every call is recorded, and the structure is what one request at
     a time gives."""
     def slow(req: dict) -> dict:
-        return {"sleep": 0.05, "content": deterministic_llm(req)}
+        return {"sleep": 0.3, "content": deterministic_llm(req)}  # long enough to overlap on a loaded machine
 
     items = _messages([(i % 10, (3 * i + 1) % 10) for i in range(24)])
     got = {}
