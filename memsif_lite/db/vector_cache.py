@@ -117,7 +117,7 @@ class VectorCache:
             elif op == "set" and len(at):
                 assert code is not None
                 self._codes[at[0]] = code
-                self._sq[at[0]] = float(np.dot(code.astype(np.int32), code.astype(np.int32)))
+                self._sq[at[0]] = _squared_norms(code[None, :])[0]
             else:
                 assert code is not None
                 self._append(np.array([mid], dtype=np.int64), code[None, :])
@@ -166,28 +166,25 @@ class VectorCache:
     def search(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id; inside
         this process's write transaction, with what it staged (rows set, added, deleted)."""
+        qf = quantize(qvec).astype(np.float32)  # the query quantised as sqlite-vec does
         if not self._staged:
-            return self._search_rows(qvec, k)
+            return self._search_rows(qf, k)
         latest: dict[int, np.ndarray | None] = {}
         for op, rid, code in self._staged:
             latest[rid] = None if op == "delete" else code
-        hits = [h for h in self._search_rows(qvec, k + len(latest)) if h[0] not in latest]
+        hits = [h for h in self._search_rows(qf, k + len(latest)) if h[0] not in latest]
         live = [(rid, code) for rid, code in latest.items() if code is not None]
         if live and k > 0:
             codes = np.stack([c for _, c in live])
-            qf = quantize(qvec).astype(np.float32)
-            wide = codes.astype(np.int32)
-            dist = cosine_distances(codes.astype(np.float32) @ qf, np.einsum("ij,ij->i", wide, wide).astype(np.float64),
-                                    float(qf @ qf))
+            dist = cosine_distances(codes.astype(np.float32) @ qf, _squared_norms(codes), float(qf @ qf))
             hits += [(rid, float(d)) for (rid, _), d in zip(live, dist, strict=True)]
         return sorted(hits, key=lambda h: (h[1], h[0]))[:k]
 
-    def _search_rows(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def _search_rows(self, qf: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The cached rows only; ``qf``: the quantised query as float32."""
         n = self._n
         if k <= 0 or n == 0:
             return []
-        q8 = quantize(qvec)
-        qf = q8.astype(np.float32)
         dots = np.empty(n, dtype=np.float32)
         for s in range(0, n, BLOCK):
             e = min(s + BLOCK, n)
@@ -239,6 +236,11 @@ class VectorCache:
                 setattr(self, name, new)
         self._codes[self._n:need] = codes
         self._ids[self._n:need] = ids
-        c = codes.astype(np.int32)
-        self._sq[self._n:need] = np.einsum("ij,ij->i", c, c)
+        self._sq[self._n:need] = _squared_norms(codes)
         self._n = need
+
+
+def _squared_norms(codes: np.ndarray) -> np.ndarray:
+    """Exact squared norms of int8 code rows (as float64, the cosine's denominator)."""
+    wide = codes.astype(np.int32)
+    return np.einsum("ij,ij->i", wide, wide).astype(np.float64)
