@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import apsw
 import numpy as np
@@ -41,6 +41,13 @@ class Table:
             f"SELECT rowid, distance FROM {table} WHERE embedding MATCH vec_int8(?) AND k = ?{where} ORDER BY distance",
             (i8(vec), k, *args)).fetchall()
         return sorted(((int(r), float(d)) for r, d in rows), key=lambda x: (x[1], x[0]))
+
+    def rows_in(self, sql: str, ids: Sequence[Any], args: Sequence[Any] = ()) -> Iterator[Any]:
+        """The rows of ``sql`` for ``ids``, asked 500 at a time (SQLite's variable limit): ``{marks}``
+        in ``sql`` stands for the placeholders of the ``IN`` list; ``args`` bind before them."""
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start:start + 500])
+            yield from self.con.execute(sql.format(marks=",".join("?" * len(chunk))), (*args, *chunk))
 
     def set_vector(self, table: str, rowid: int, code: bytes) -> None:
         """Replace a stored int8 vector (sqlite-vec 0.1.9 rejects ``UPDATE`` of an int8 column:

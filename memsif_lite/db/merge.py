@@ -149,24 +149,14 @@ class MergeRows(Table):
     def earliest_fact_source(self, mids: Iterable[int]) -> tuple[str | None, list[int]]:
         """The CoreFacts with a source among ``mids``, and the earliest time of all their sources."""
         ids = list(mids)
-        facts: set[int] = set()
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            facts.update(f for (f,) in self.con.execute(
-                f"SELECT DISTINCT fact_id FROM fact_sources WHERE message_id IN ({marks})", chunk))
+        facts = {f for (f,) in self.rows_in(
+            "SELECT DISTINCT fact_id FROM fact_sources WHERE message_id IN ({marks})", ids)}
         if not facts:
             return None, []
         fl = sorted(facts)
-        earliest = None
-        for start in range(0, len(fl), 500):
-            chunk = fl[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            t = self.con.execute(f"SELECT min(m.at) FROM fact_sources s JOIN messages m ON m.id=s.message_id "
-                                 f"WHERE s.fact_id IN ({marks})", chunk).fetchone()[0]
-            if t is not None and (earliest is None or t < earliest):
-                earliest = t
-        return earliest, fl
+        times = [t for (t,) in self.rows_in("SELECT min(m.at) FROM fact_sources s JOIN messages m "
+                                             "ON m.id=s.message_id WHERE s.fact_id IN ({marks})", fl) if t is not None]
+        return (min(times) if times else None), fl
 
     # -- the reset --------------------------------------------------------------------------------------
     def segments_from(self, first_segment: int | None) -> tuple[list[int], list[int]]:

@@ -64,13 +64,7 @@ class Messages(Table):
         return None if r is None else _row(r)
 
     def many(self, ids: list[int]) -> dict[int, MessageRow]:
-        out: dict[int, MessageRow] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for r in self.con.execute(f"SELECT {_COLS} FROM messages WHERE id IN ({marks})", chunk):
-                out[r[0]] = _row(r)
-        return out
+        return {r[0]: _row(r) for r in self.rows_in(f"SELECT {_COLS} FROM messages WHERE id IN ({{marks}})", ids)}
 
     def all(self) -> list[Message]:
         return [to_message(_row(r)) for r in self.con.execute(f"SELECT {_COLS} FROM messages ORDER BY id")]
@@ -80,12 +74,7 @@ class Messages(Table):
 
     def missing(self, ids: Sequence[int]) -> list[int]:
         """Those of ``ids`` that are not stored, in the order given."""
-        have: set[int] = set()
-        uniq = list(dict.fromkeys(ids))
-        for start in range(0, len(uniq), 500):
-            chunk = uniq[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            have.update(r for (r,) in self.con.execute(f"SELECT id FROM messages WHERE id IN ({marks})", chunk))
+        have = {r for (r,) in self.rows_in("SELECT id FROM messages WHERE id IN ({marks})", list(dict.fromkeys(ids)))}
         return [m for m in ids if m not in have]
 
     def nearest(self, qvec: np.ndarray, depth: int) -> list[tuple[int, float]]:

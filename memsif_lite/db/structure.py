@@ -185,17 +185,12 @@ class Structure(Table):
 
     def unit_of(self, level: str, mids: list[int]) -> dict[int, int]:
         """message id -> its segment (or trajectory) id, for the given messages."""
-        out: dict[int, int] = {}
-        for start in range(0, len(mids), 500):
-            chunk = mids[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            if level == "segment":
-                sql = f"SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})"
-            else:
-                sql = ("SELECT u.message_id, s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
-                       f"WHERE u.message_id IN ({marks})")
-            out.update({m: u for m, u in self.con.execute(sql, chunk) if u is not None})
-        return out
+        if level == "segment":
+            sql = "SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})"
+        else:
+            sql = ("SELECT u.message_id, s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
+                   "WHERE u.message_id IN ({marks})")
+        return {m: u for m, u in self.rows_in(sql, mids) if u is not None}
 
     # -- listings --------------------------------------------------------------------------------
     def memberships(self) -> dict[int, list[int]]:
