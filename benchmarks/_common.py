@@ -87,3 +87,18 @@ def machine() -> str:
     import platform
 
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def timed_adds(mem, items: list[dict], pace: float = 0.0) -> list[float]:
+    """``mem.add(**m)`` for each item, one after the other; the milliseconds each took (``pace``:
+    seconds to wait after each, as an assistant would between messages)."""
+    import time
+
+    ms = []
+    for m in items:
+        t = time.perf_counter()
+        mem.add(**m)
+        ms.append((time.perf_counter() - t) * 1000)
+        if pace:
+            time.sleep(pace)
+    return ms

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct  # noqa: E402
+from _common import machine, pct, timed_adds  # noqa: E402
 
 
 def main() -> None:
@@ -39,13 +39,8 @@ def main() -> None:
             kw: dict = {} if mode == "offline" else {
                 "llm": "openai/local", "llm_kwargs": {"api_base": args.api_base, "api_key": "local"},
                 "process": "background"}
-            ms = []
             with Memory(Path(d) / f"{mode}.db", config=Config(llm_timeout_s=300, llm_retries=0), **kw) as mem:
-                for m in items:
-                    t = time.perf_counter()
-                    mem.add(**m)
-                    ms.append((time.perf_counter() - t) * 1000)
-                    time.sleep(args.pace)  # the worker is busy with the model meanwhile
+                ms = timed_adds(mem, items, pace=args.pace)  # the worker is busy with the model meanwhile
                 out[mode] = {"add_ms_p50": pct(ms, 0.5), "add_ms_p95": pct(ms, 0.95),
                              "pending_at_end": mem.stats()["pending_steps"]}
     print(json.dumps(out))

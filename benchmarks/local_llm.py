@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct  # noqa: E402
+from _common import machine, pct, timed_adds  # noqa: E402
 
 
 def start_server(python: str, port: int, gguf: str | None) -> tuple[subprocess.Popen, str]:
@@ -62,14 +62,10 @@ def background_adds(items: list[dict], api_base: str, d: Path) -> dict:
     from memsif_lite import Config, Memory
 
     cfg = Config(llm_timeout_s=TIMEOUT, llm_retries=RETRIES)
-    add_ms = []
     t0 = time.perf_counter()
     with Memory(d / "bg.db", config=cfg, llm="openai/gemma-3-270m",
                 llm_kwargs={"api_base": api_base, "api_key": "local"}, process="background") as mem:
-        for m in items:
-            t = time.perf_counter()
-            mem.add(**m)
-            add_ms.append((time.perf_counter() - t) * 1000)
+        add_ms = timed_adds(mem, items)
         while mem.stats()["pending_steps"]:
             time.sleep(0.2)
         empty_s = time.perf_counter() - t0
@@ -85,12 +81,8 @@ def measure(name: str, items: list[dict], api_base: str | None, schema: str, d: 
     kw: dict = {"config": cfg}
     if api_base:
         kw.update(llm="openai/gemma-3-270m", llm_kwargs={"api_base": api_base, "api_key": "local"}, process="manual")
-    add_ms = []
     with Memory(path, **kw) as mem:
-        for m in items:
-            t = time.perf_counter()
-            mem.add(**m)
-            add_ms.append((time.perf_counter() - t) * 1000)
+        add_ms = timed_adds(mem, items)
         t = time.perf_counter()
         report = mem.process()
         drain_s = time.perf_counter() - t

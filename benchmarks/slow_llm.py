@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _common import machine, pct  # noqa: E402
+from _common import machine, pct, timed_adds  # noqa: E402
 from fakes import FakeLLMServer  # noqa: E402
 
 
@@ -46,11 +46,7 @@ def main() -> None:
                 kw.update(llm="openai/slow", llm_kwargs=server.llm_kwargs(), process=mode)
             mem = Memory(Path(d) / f"{mode}.db", **kw)
             mem.add("warm", "up")  # load the embedding model outside the timing
-            times = []
-            for m in items:
-                t = time.perf_counter()
-                mem.add(**m)
-                times.append((time.perf_counter() - t) * 1000)
+            times = timed_adds(mem, items)
             st = mem.stats()
             t = time.perf_counter()
             mem.close()
