@@ -204,9 +204,9 @@ class Worker:
                     batch.append(p)
         llm.prefetch(batch)
         if head.kind != PLACE and len(waiting) < llm.concurrency:
-            place = self.db.queue.first(PLACE)
-            if place is not None:
-                return place
+            place = self.db.queue.pending((PLACE,), 1)
+            if place:
+                return place[0]
         return head
 
     def _title_prompt(self, sid: int) -> Prompt[str]:

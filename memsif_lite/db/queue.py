@@ -38,12 +38,6 @@ class Queue(Table):
         r = self.con.execute(f"SELECT {_COLS} FROM work_queue ORDER BY message_id, sub LIMIT 1").fetchone()
         return None if r is None else Step(*r)
 
-    def first(self, kind: str) -> Step | None:
-        """The earliest pending step of one kind."""
-        r = self.con.execute(f"SELECT {_COLS} FROM work_queue WHERE kind=? ORDER BY message_id, sub LIMIT 1",
-                             (kind,)).fetchone()
-        return None if r is None else Step(*r)
-
     def pending(self, kinds: tuple[str, ...], limit: int) -> list[Step]:
         """The earliest pending steps of the given kinds, in queue order."""
         marks = ",".join("?" * len(kinds))
