@@ -184,6 +184,10 @@ EXTRACT_SYSTEM = (
 )
 
 
+#: the bounds of one extraction reply: in its schema and, for models that ignore schemas, its prompt
+FACTS_MOST, FACT_CHARS = 6, 160
+
+
 def extract_facts(lines: Sequence[str], context: Sequence[str],
                   schema: Sequence[Any]) -> Prompt[list[tuple[str, str, str, list[int]]]]:
     types = {t.name.lower(): t.name for t in schema}
@@ -192,13 +196,14 @@ def extract_facts(lines: Sequence[str], context: Sequence[str],
     user = (f"Fact types: {type_list}\n"
             + (data_block("earlier_context", context) + "\n" if context else "")
             + data_block("excerpt", numbered)
-            + '\nList the facts stated in the excerpt: {"facts": [...]} (at most 6; an empty list if none; '
-              'each "stmt" under 160 characters). "lines" are the excerpt line numbers that state the fact.')
+            + f'\nList the facts stated in the excerpt: {{"facts": [...]}} (at most {FACTS_MOST}; an empty list if '
+              f'none; each "stmt" under {FACT_CHARS} characters). "lines" are the excerpt line numbers that state '
+              'the fact.')
     n = len(lines)
 
     fact = reply_type("Fact", subject=(_text_type(60), ...), type=(_choice(list(types.values())), ...),
-                      stmt=(_text_type(160), ...), lines=(_lines_type(n), ...))
-    model = reply_type("FactsReply", facts=(_list_of(fact, most=6), ...))
+                      stmt=(_text_type(FACT_CHARS), ...), lines=(_lines_type(n), ...))
+    model = reply_type("FactsReply", facts=(_list_of(fact, most=FACTS_MOST), ...))
     return _prompt("fact_extract", EXTRACT_SYSTEM, user, model,
                    lambda r: [(_collapse(f.subject), f.type, _collapse(f.stmt), _zero_based(f.lines)) for f in r.facts],
                    600)
