@@ -1,13 +1,19 @@
-"""Cheaper FTS5 queries for long questions: cost and overlap with the OR-of-all-words query.
+"""Cheaper FTS5 queries for long questions: their cost, and what they do to BM25 recall.
 
-    python benchmarks/fts_variants.py FILE      # FILE: a memory file, e.g. one built by
-                                                # scale.py --real ../shared/data/locomo (100k rows)
+    python benchmarks/fts_variants.py FILE [--depth 200]   # FILE: a memory file, e.g. one built by
+                                        # scale.py --real ../shared/data/locomo (100k rows)
+    python benchmarks/fts_variants.py --recall            # gold-evidence recall, LoCoMo dev half
 
-For 200 LoCoMo questions (../shared/data/locomo), each variant's FTS5 query time (including its
-term statistics lookup: query words stemmed by a temporary FTS5 table with the same tokenizer,
-document counts from ``fts5vocab``) and the overlap of its top-10 / top-50 with the OR query's.
-Variants: ``rareK`` the K rarest words; ``capF`` drop words in more than F of all rows (the
-rarest word is kept if none is left). The OR query runs first and again last (timing drift).
+Cost mode: for 200 LoCoMo questions (../shared/data/locomo), each variant's FTS5 query time at
+the given depth (including its term statistics lookup: query words stemmed by a temporary FTS5
+table with the same tokenizer, document counts from ``fts5vocab``) and the overlap of its
+top-10 / top-50 with the OR query's. Recall mode: BM25 alone over each conversation's turns (the
+same FTS5 table and weights as memsif), share of gold evidence turns in the top 5 / 10 / 50.
+Variants: ``or`` every content word (memsif's query); ``rareK`` the K rarest words; ``capF``
+drop words in more than F of all rows (the rarest word is kept if none is left); ``and2`` the
+rows holding both of the two rarest words, then the OR list's rows until ``depth`` (the issue's
+proposal); ``and2capF`` the same, topped up from ``capF``. ``or`` runs first and again last
+(timing drift).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from locomo import CATEGORIES  # noqa: E402
 from memsif_lite.retrieval import fts_query  # noqa: E402
 
 SQL = "SELECT rowid FROM message_fts WHERE message_fts MATCH ? ORDER BY bm25(message_fts, 0.3, 1.0) LIMIT ?"
-VARIANTS = ["or", "rare3", "rare4", "cap0.1", "cap0.0625", "cap0.03", "or"]
+VARIANTS = ["or", "rare3", "rare4", "cap0.1", "cap0.0625", "cap0.03", "and2", "and2cap0.2", "or"]
 
 
 def words(q: str) -> list[str]:
@@ -65,7 +71,61 @@ def choose(name: str, ws: list[str], df: dict[str, int], n: int) -> list[str]:
     return [w for w in present if df[w] <= frac * n] or present[:1]
 
 
+def ranked(con: apsw.Connection, terms: Terms, name: str, ws: list[str], n: int, depth: int) -> list[int]:
+    """One variant's BM25 ranking of the rows for a question's words."""
+    if name == "or":
+        return [r for (r,) in con.execute(SQL, (or_query(ws), depth))]
+    df = terms.docs(ws)
+    if not name.startswith("and2"):
+        keep = choose(name, ws, df, n)
+        return [r for (r,) in con.execute(SQL, (or_query(keep), depth))] if keep else []
+    present = sorted((w for w in ws if df[w] > 0), key=lambda w: df[w])
+    got = [r for (r,) in con.execute(SQL, (f"{or_query(present[:1])} AND {or_query(present[1:2])}", depth))] \
+        if len(present) >= 2 else []
+    fill = ws if name == "and2" else choose(name[4:], ws, df, n)
+    if len(got) < depth and fill:
+        seen = set(got)
+        got += [r for (r,) in con.execute(SQL, (or_query(fill), depth)) if r not in seen]
+    return got[:depth]
+
+
+def recall() -> None:
+    from locomo import gold_ids
+
+    from memsif_lite.importers import locomo_turns
+
+    names = list(dict.fromkeys(VARIANTS))
+    hits: dict[str, dict[int, list[float]]] = {v: {5: [], 10: [], 50: []} for v in names}
+    for _, sample in conversation_files("../shared/data/locomo"):
+        con = apsw.Connection(":memory:")
+        con.execute("CREATE TABLE messages(id INTEGER PRIMARY KEY, speaker TEXT, text TEXT)")
+        con.execute("CREATE VIRTUAL TABLE message_fts USING fts5(speaker, text, content='messages', "
+                    "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')")
+        source: dict[int, str] = {}
+        for i, t in enumerate(locomo_turns(sample["conversation"]), 1):
+            con.execute("INSERT INTO messages VALUES(?,?,?)", (i, t["speaker"], t["text"]))
+            con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (i, t["speaker"], t["text"]))
+            source[i] = str(t["source_id"])
+        terms = Terms(con)
+        for q in sample.get("qa", []):
+            gold = gold_ids(q.get("evidence", []), set(source.values())) if q.get("category") in CATEGORIES else []
+            ws = words(str(q["question"]))
+            if not gold or not ws:
+                continue
+            for name in names:
+                got = [source[r] for r in ranked(con, terms, name, ws, len(source), 50)]
+                for k, xs in hits[name].items():
+                    xs.append(len(set(got[:k]) & set(gold)) / len(gold))
+    print(f"{len(hits['or'][5])} questions; gold-evidence recall of BM25 alone @5 / @10 / @50")
+    for name in names:
+        print(f"{name:10s} " + " / ".join(f"{100 * np.mean(xs):.2f}" for xs in hits[name].values()))
+
+
 def main() -> None:
+    if "--recall" in sys.argv:
+        recall()
+        return
+    depth = int(sys.argv[sys.argv.index("--depth") + 1]) if "--depth" in sys.argv else 200
     qs: list[str] = []
     for _, sample in conversation_files("../shared/data/locomo"):
         qs += [str(q["question"]) for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
@@ -74,18 +134,16 @@ def main() -> None:
     n = con.execute("SELECT count(*) FROM messages").fetchone()[0]
     terms = Terms(con)
     base: dict[str, list[int]] = {}
-    print(f"{n} rows, {len(qs)} questions")
+    print(f"{n} rows, {len(qs)} questions, depth {depth}")
     for name in VARIANTS:
-        ms, o10, o50, kept = [], [], [], []
+        ms, o10, o50 = [], [], []
         for q in qs:
             ws = words(q)
             if not ws:
                 continue
             t = time.perf_counter()
-            keep = ws if name == "or" else choose(name, ws, terms.docs(ws), n)
-            got = [r for (r,) in con.execute(SQL, (or_query(keep), 200))] if keep else []
+            got = ranked(con, terms, name, ws, n, depth)
             ms.append((time.perf_counter() - t) * 1000)
-            kept.append(len(keep))
             if name == "or":
                 base[q] = got
                 continue
@@ -93,8 +151,7 @@ def main() -> None:
             o10.append(len(set(got[:10]) & set(b[:10])) / max(1, min(10, len(b))))
             o50.append(len(set(got[:50]) & set(b[:50])) / max(1, min(50, len(b))))
         print(f"{name:10s} ms p50 {np.percentile(ms, 50):6.2f} p95 {np.percentile(ms, 95):6.2f}  "
-              f"words {np.mean(kept):.1f}  overlap top-10 {np.mean(o10) if o10 else 1:.3f} "
-              f"top-50 {np.mean(o50) if o50 else 1:.3f}", flush=True)
+              f"overlap top-10 {np.mean(o10) if o10 else 1:.3f} top-50 {np.mean(o50) if o50 else 1:.3f}", flush=True)
 
 
 if __name__ == "__main__":
