@@ -118,7 +118,7 @@ def run(args) -> dict:
     from _flat import FlatStore
 
     from memsif_lite import Config, Memory
-    from memsif_lite.embed import OnnxEmbedder
+    from memsif_lite.embed import resolve_embedder
     from memsif_lite.importers import locomo_turns
     from memsif_lite.timeutil import to_stored
     from memsif_lite.tokens import count_tokens
@@ -128,7 +128,7 @@ def run(args) -> dict:
     if unknown:
         raise SystemExit(f"unknown systems: {sorted(unknown)}")
     budgets = [int(b) for b in args.budgets.split(",")]
-    real = OnnxEmbedder()
+    real = resolve_embedder(args.model)
     cached = CachedEmbedder(real, cache_name="locomo") if not args.no_cache else real
     knobs = apply_settings(args.set or [])
     ablation = {"memsif": Config(**knobs), "memsif_no_segments": Config(**{**knobs, "segment_weight": 0.0}),
@@ -218,6 +218,7 @@ def run(args) -> dict:
         cached.save()
     out: dict = {"data": {"conversations": len(convs), "questions": n_questions, "turns": n_turns},
                  "systems": {}, "budgets": budgets, "date": date.today().isoformat(), "machine": machine(),
+                 "embedding_model": real.model_id,
                  "embedding_turns_per_s": round(n_turns / embed_s_total, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
     out["questions"] = [[sid, c, n] for sid, c, n, _, _ in per_q[systems[0]][budgets[0]]] if systems else []
     for s in systems:
@@ -405,6 +406,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--systems", default=",".join(ALL_SYSTEMS))
     ap.add_argument("--budgets", default="500,1000,2000")
+    ap.add_argument("--model", default=None, help="a bundled embedding model id (default: the default model)")
     ap.add_argument("--convs", default=None, help="only these conversations (comma-separated sample ids)")
     ap.add_argument("--set", action="append", metavar="NAME=VALUE",
                     help="a memsif knob: a Config field or memsif_lite module.CONSTANT (JSON value); repeatable")

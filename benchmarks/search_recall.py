@@ -1,7 +1,7 @@
 """Recall of gold evidence turns in the top 5/10 of ``Memory.search``-style rankings on LoCoMo:
 dense only, BM25 only (FTS5), and the fused hybrid that ``Memory.search`` returns.
 
-    python benchmarks/search_recall.py --data ../shared/data/locomo
+    python benchmarks/search_recall.py --data ../shared/data/locomo [--model ID]
 
 Also reports embedding throughput (turns/s, the bundled model, this machine) and the memory
 file's size per message.
@@ -25,13 +25,14 @@ from locomo import CATEGORIES, gold_ids  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
+    ap.add_argument("--model", default=None, help="a bundled model id (default: the default model)")
     args = ap.parse_args()
     from memsif_lite import Memory
-    from memsif_lite.embed import OnnxEmbedder
+    from memsif_lite.embed import resolve_embedder
     from memsif_lite.importers import locomo_turns
     from _flat import FlatStore
 
-    emb = OnnxEmbedder()
+    emb = resolve_embedder(args.model)
     ks = (5, 10)
     hits: dict[str, dict[int, list[float]]] = {s: {k: [] for k in ks} for s in ("dense", "bm25", "hybrid")}
     turns_total, embed_s, bytes_total = 0, 0.0, 0
@@ -65,7 +66,7 @@ def main() -> None:
                             top = {src[m] for m in ranking[:k]}
                             hits[name][k].append(sum(g in top for g in gold) / len(gold))
                 flat.close()
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}; model: {emb.model_id}")
     print(f"questions: {len(hits['dense'][5])}, turns: {turns_total}")
     print("| ranking | recall@5 | recall@10 |\n|---|---|---|")
     for name, by_k in hits.items():

@@ -2,9 +2,11 @@
 behind a small protocol so another model can be configured.
 
 A model directory holds ``embedder.json`` (model id, dimension, prefixes and the calibrated
-cosine levels used to normalise the semantic score), the ONNX file and ``tokenizer.json``.
-Without a manifest the directory must hold ``model*.onnx`` and ``tokenizer.json``; the id is
-then derived from the ONNX file's hash.
+cosine levels used to normalise the semantic score), the ONNX file and ``tokenizer.json``
+(or ``.json.gz``). Without a manifest the directory must hold ``model*.onnx`` and
+``tokenizer.json``; the id is then derived from the ONNX file's hash. A manifest may also name a
+``token_table``: the token embeddings kept outside the ONNX graph as 4-bit rows
+(:class:`TokenTable`), so the two bundled models share one encoder and one table (models/README.md).
 
 A file records the id of the model that wrote it; :func:`resolve_embedder` turns such an id back
 into an embedder (the bundled models by id, ``litellm:MODEL`` through the registry, a model
@@ -14,6 +16,8 @@ without naming its model again. :class:`Embeddings` adds the caches the pipeline
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
 import json
 import logging
@@ -26,10 +30,13 @@ import numpy as np
 
 from .errors import EmbeddingError
 
-__all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "default_model_dir", "load_embedder",
-           "resolve_embedder", "register_embedder", "bundled_models", "validate_vectors"]
+__all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable", "default_model_dir",
+           "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL", "resolve_embedder",
+           "register_embedder", "bundled_models", "validate_vectors"]
 
 log = logging.getLogger("memsif_lite")
+#: the bundled model with the full XLM-R vocabulary (every script); its tokenizer also counts tokens
+MULTILINGUAL_MODEL = "me5-small-multi-int8"
 Kind = Literal["query", "passage"]
 
 
@@ -64,6 +71,66 @@ def default_model_dir() -> Path:
     raise EmbeddingError("the bundled embedding model is missing; reinstall memsif_lite")
 
 
+def read_tokenizer(path: Path) -> Any:
+    """A ``tokenizers.Tokenizer`` from ``tokenizer.json`` or ``tokenizer.json.gz``, without padding
+    or truncation; one instance per file and process (the full multilingual vocabulary takes ~1 s
+    to load), shared by the embedder and the token counter, so callers must not reconfigure it."""
+    return _read_tokenizer(path.resolve())
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(path: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    data = path.read_bytes()
+    tok = Tokenizer.from_str((gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8"))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+class TokenTable:
+    """Token embeddings outside the ONNX graph: the source model's 4-bit rows (Q4_0: blocks of 32
+    values, one float16 scale each, zero point 8, two values a byte, low nibble first), read from a
+    memory-mapped file only for the tokens of a batch. With ``rows`` + a uint8 scale and zero point
+    it reproduces a model that shipped a subset of those rows re-quantised to uint8 per tensor
+    (``me5-small-enpt-int8``): the subset is recomputed once, exactly, at load."""
+
+    def __init__(self, q4: Path, scales: Path, rows: Path | None = None, uint8: tuple[float, int] | None = None):
+        self._q4 = np.load(q4, mmap_mode="r")
+        with np.load(scales) as z:
+            self._scales = z["scales"]
+        if self._q4.ndim != 2 or self._scales.shape != (self._q4.shape[0], self._q4.shape[1] * 2 // 32):
+            raise EmbeddingError(f"token table {q4.name}: shapes {self._q4.shape} / {self._scales.shape} do not match")
+        self.dim = self._q4.shape[1] * 2
+        self._u8: np.ndarray | None = None
+        if rows is not None:
+            if uint8 is None:
+                raise EmbeddingError("a token table with rows needs its uint8 scale and zero point")
+            ids = np.load(rows)
+            scale, zp = np.float32(uint8[0]), np.float32(uint8[1])
+            self._u8 = np.clip(np.round(self._dequant(ids) / scale) + zp, 0, 255).astype(np.uint8)
+            self._u8_scale, self._u8_zp = scale, zp
+        self.size = len(self._u8) if self._u8 is not None else self._q4.shape[0]
+
+    def _dequant(self, ids: np.ndarray) -> np.ndarray:
+        q = np.asarray(self._q4[ids])
+        vals = np.empty((len(ids), self.dim), dtype=np.float32)
+        vals[:, 0::2] = (q & 0x0F).astype(np.float32) - 8.0
+        vals[:, 1::2] = (q >> 4).astype(np.float32) - 8.0
+        blocks = vals.reshape(len(ids), -1, 32) * self._scales[ids].astype(np.float32)[:, :, None]
+        return blocks.reshape(len(ids), self.dim)
+
+    def lookup(self, input_ids: np.ndarray) -> np.ndarray:
+        """[batch, seq] token ids -> [batch, seq, dim] float32 embeddings."""
+        if input_ids.size and (input_ids.min() < 0 or input_ids.max() >= self.size):
+            raise EmbeddingError("token id outside the model's vocabulary")
+        if self._u8 is not None:
+            return (self._u8[input_ids].astype(np.float32) - self._u8_zp) * self._u8_scale
+        uniq, inverse = np.unique(input_ids, return_inverse=True)
+        return self._dequant(uniq)[inverse.reshape(input_ids.shape)]
+
+
 def validate_vectors(vecs: np.ndarray, n: int, dim: int) -> np.ndarray:
     """Float32, finite, the right shape, unit length: anything else is an EmbeddingError."""
     try:
@@ -93,12 +160,13 @@ class OnnxEmbedder:
                 m = json.loads(manifest_path.read_text(encoding="utf-8"))
                 onnx_path = d / m.get("onnx", "model_int8.onnx")
                 tok_path = d / m.get("tokenizer", "tokenizer.json")
+                table = m.get("token_table")
             else:
                 m = {}
                 candidates = sorted(d.glob("model*.onnx"))
                 if not candidates:
                     raise EmbeddingError(f"no model*.onnx in {d}")
-                onnx_path, tok_path = candidates[0], d / "tokenizer.json"
+                onnx_path, tok_path, table = candidates[0], d / "tokenizer.json", None
                 m["model_id"] = f"{d.name}-{_file_digest(onnx_path)[:12]}"
         except (OSError, ValueError) as e:
             raise EmbeddingError(f"cannot read embedding model in {d}: {e}") from e
@@ -111,7 +179,8 @@ class OnnxEmbedder:
                              float(m.get("query_high", self.sem_levels[1])))
         self.batch_size = batch_size
         self._threads = threads or os.cpu_count() or 1
-        self._onnx_path, self._tok_path = onnx_path, tok_path
+        self._onnx_path, self._tok_path, self._table_spec, self._dir = onnx_path, tok_path, table, d
+        self._table: TokenTable | None = None
         self._session: Any = None
         self._tokenizer: Any = None
         self.dim: int = int(m["dim"]) if "dim" in m else self._probe_dim()
@@ -121,18 +190,22 @@ class OnnxEmbedder:
             return
         try:
             import onnxruntime as ort
-            from tokenizers import Tokenizer
-        except ImportError as e:  # pragma: no cover - both are install requirements
-            raise EmbeddingError(f"onnxruntime/tokenizers not installed: {e}") from e
+        except ImportError as e:  # pragma: no cover - an install requirement
+            raise EmbeddingError(f"onnxruntime not installed: {e}") from e
         try:
-            tok = Tokenizer.from_file(str(self._tok_path))
-            tok.no_padding()
-            tok.enable_truncation(self.max_length)
+            tok = read_tokenizer(self._tok_path)
+            t = self._table_spec
+            if t is not None:
+                u8 = (float(t["uint8_scale"]), int(t["uint8_zero_point"])) if "rows" in t else None
+                self._table = TokenTable(self._dir / t["q4"], self._dir / t["scales"],
+                                         self._dir / t["rows"] if "rows" in t else None, u8)
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = self._threads
             opts.inter_op_num_threads = 1
             opts.log_severity_level = 3
             sess = ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
+        except EmbeddingError:
+            raise
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
             raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e}") from e
         self._inputs = {i.name for i in sess.get_inputs()}
@@ -150,7 +223,11 @@ class OnnxEmbedder:
         for i, row in enumerate(ids):
             input_ids[i, : len(row)] = row
             mask[i, : len(row)] = 1
-        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        feeds: dict[str, np.ndarray] = {"attention_mask": mask}
+        if self._table is not None:
+            feeds["inputs_embeds"] = self._table.lookup(input_ids)
+        else:
+            feeds["input_ids"] = input_ids
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
         hidden = self._session.run(None, feeds)[0]
@@ -165,7 +242,10 @@ class OnnxEmbedder:
         prefix = self.prefixes[kind]
         try:
             encs = self._tokenizer.encode_batch([prefix + t for t in texts])
-            ids = [e.ids for e in encs]
+            # truncation by hand (the tokenizer is shared, unconfigured): <s> + the first
+            # max_length - 2 pieces + </s>, as the tokenizer's own truncation would give
+            ids = [e.ids if len(e.ids) <= self.max_length else e.ids[: self.max_length - 1] + e.ids[-1:]
+                   for e in encs]
             order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
             out = np.zeros((len(ids), self.dim), dtype=np.float32)
             for start in range(0, len(order), self.batch_size):
@@ -240,6 +320,18 @@ def bundled_models() -> dict[str, Path]:
             except (OSError, ValueError, KeyError):
                 log.warning("ignoring an unreadable model manifest %s", manifest)
     return out
+
+
+def bundled_tokenizer(model_id: str) -> Any:
+    """The (shared, unconfigured) tokenizer of a bundled model."""
+    d = bundled_models().get(model_id)
+    if d is None:
+        raise EmbeddingError(f"no bundled model {model_id!r}; reinstall memsif_lite")
+    try:
+        m = json.loads((d / "embedder.json").read_text(encoding="utf-8"))
+        return read_tokenizer(d / m.get("tokenizer", "tokenizer.json"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise EmbeddingError(f"cannot read the tokenizer of {model_id}: {e}") from e
 
 
 def resolve_embedder(spec: str | None, *, sem_levels: tuple[float, float] | None = None) -> Embedder:

@@ -11,6 +11,7 @@ import numpy as np
 from .db import Database, MessageRow
 from .entities import STOP_WORDS
 from .filters import MessageFilter
+from .fulltext import QUERY_STOP_WORDS, has_cjk, index_text
 from .timeutil import from_stored
 from .types import SearchResult
 
@@ -23,11 +24,14 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
 def fts_query(text: str) -> str | None:
-    """A safe FTS5 query: every word quoted, OR-ed; stop words and single letters (the ``s`` of a
-    possessive matches a large share of all messages and costs the most) dropped unless nothing
-    else is left."""
-    words = [w.lower() for w in _TOKEN.findall(text)]
-    keep = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())] or words
+    """A safe FTS5 query: every word quoted, OR-ed; stop words (English, and the function words
+    of other spaced languages) and single Latin letters (the ``s``
+    of a possessive matches a large share of all messages and costs the most) dropped unless
+    nothing else is left. CJK runs become their characters and pairs, as the index holds them
+    (:mod:`memsif_lite.fulltext`)."""
+    words = [w.lower() for w in _TOKEN.findall(index_text(text))]
+    keep = [w for w in words if w not in STOP_WORDS and w not in QUERY_STOP_WORDS
+            and (len(w) > 1 or w.isdigit() or has_cjk(w))] or words
     keep = list(dict.fromkeys(keep))[:64]
     if not keep:
         return None

@@ -162,9 +162,22 @@ def _int8_vectors(con: apsw.Connection, dim: int) -> None:
     _sql(con, "DROP TABLE _v5_stash")
 
 
+def _fulltext_scripts(con: apsw.Connection, dim: int) -> None:
+    """Data step of migration 8: messages with CJK text are indexed again, as
+    :func:`memsif_lite.fulltext.index_text` rewrites them (their entries so far hold the text as written)."""
+    from .fulltext import has_cjk, index_text
+
+    for mid, speaker, text in _sql(con, "SELECT id, speaker, text FROM messages").fetchall():
+        if has_cjk(speaker) or has_cjk(text):
+            _sql(con, "INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
+                 (mid, speaker, text))
+            _sql(con, "INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
+                 (mid, index_text(speaker), index_text(text)))
+
+
 #: migrations whose data change needs Python after their SQL (run in the same transaction,
 #: also when the expected schema is built, so the schema check sees their DDL too)
-DATA_STEPS: dict[int, Any] = {6: _int8_vectors}
+DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts}
 
 
 def inspect(path: str | Path) -> FileInfo | None:

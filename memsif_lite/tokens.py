@@ -1,5 +1,7 @@
-"""One token counter for budgets: the bundled model's tokenizer (SentencePiece pieces, close to
-what chat models count for English), loaded lazily and shared by the API and the benchmarks."""
+"""One token counter for budgets: the bundled multilingual model's tokenizer (SentencePiece pieces
+of the full XLM-R vocabulary: close to what chat models count for English, and every script
+counted, where a pruned vocabulary folds a run of Chinese into one unknown token), loaded lazily
+and shared with that model's embedder, the API and the benchmarks."""
 
 from __future__ import annotations
 
@@ -10,14 +12,9 @@ __all__ = ["count_tokens", "count_tokens_many"]
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer():
-    from tokenizers import Tokenizer
+    from .embed import MULTILINGUAL_MODEL, bundled_tokenizer
 
-    from .embed import default_model_dir
-
-    tok = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
-    tok.no_truncation()
-    tok.no_padding()
-    return tok
+    return bundled_tokenizer(MULTILINGUAL_MODEL)
 
 
 @functools.lru_cache(maxsize=65536)

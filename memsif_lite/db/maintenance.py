@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import store
 from ..errors import InvalidInputError, MemoryFileError
+from ..fulltext import has_cjk, index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
@@ -139,7 +140,10 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
         else:
             raise InvalidInputError(f"unknown table {table!r} in export")
         counts[table] = counts.get(table, 0) + 1
-    con.execute("INSERT INTO message_fts(message_fts) VALUES('rebuild')")
+    con.execute("INSERT INTO message_fts(message_fts) VALUES('delete-all')")
+    for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
+        con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
+                    (mid, index_text(speaker), index_text(text)))
     for mid, text in con.execute("SELECT id, text FROM messages WHERE tokens IS NULL").fetchall():
         con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(text), mid))
     con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='vector_epoch'")
@@ -158,6 +162,25 @@ def _sum_blob(v: Any, dim: int) -> Any:
     return v
 
 
+def _check_fulltext(con: Any) -> None:
+    """FTS5's own check of the index against ``messages`` (raises if they differ). Rows with CJK text
+    are indexed as :func:`~memsif_lite.fulltext.index_text` rewrites them, which FTS5 cannot know:
+    inside a savepoint that is always rolled back, each such row's rewritten entry is deleted and
+    its text indexed as written, so the check compares every row (a wrong entry leaves a mismatch)."""
+    rows = [r for r in con.execute("SELECT id, speaker, text FROM messages").fetchall()
+            if has_cjk(r[1]) or has_cjk(r[2])]
+    con.execute("SAVEPOINT fulltext_check")
+    try:
+        for mid, speaker, text in rows:
+            con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
+                        (mid, index_text(speaker), index_text(text)))
+            con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
+        con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
+    finally:
+        con.execute("ROLLBACK TO fulltext_check")
+        con.execute("RELEASE fulltext_check")
+
+
 def check_connection(con: Any) -> list[str]:
     """Integrity, full-text index and vec0 consistency problems, in plain words (empty = healthy)."""
     problems: list[str] = []
@@ -166,7 +189,7 @@ def check_connection(con: Any) -> list[str]:
         problems += [f"SQLite integrity check: {r[0]}" for r in res[:10]]
     try:  # a read-only connection cannot run FTS5's command; integrity_check checks FTS5 too (SQLite >= 3.44)
         if not con.readonly("main"):
-            con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
+            _check_fulltext(con)
     except apsw.Error as e:
         problems.append(f"the full-text index does not match the messages ({e})")
     dim = int(store.read_meta(con)["embedding_dim"])

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..fulltext import index_text
 from ..int8 import dequantize, quantize
 from ..tokens import count_tokens
 from .base import Table
@@ -184,7 +185,8 @@ class MergeRows(Table):
         code = quantize(np.frombuffer(vector, dtype=np.float32))
         self.con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(m.text), mid))
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
-        self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, m.speaker, m.text))
+        self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
+                         (mid, index_text(m.speaker), index_text(m.text)))
 
     def move_evidence(self, old: int, new: int) -> None:
         """ActiveFact evidence follows a message to its new id."""

@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..fulltext import index_text
 from ..int8 import quantize
 from ..timeutil import from_stored
 from ..tokens import count_tokens
@@ -45,7 +46,8 @@ class Messages(Table):
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
         self.cache.stage_add(mid, code)
-        self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
+        self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
+                         (mid, index_text(speaker), index_text(text)))
         return mid
 
     def vector_by_hash(self, content_hash: bytes) -> np.ndarray | None:
@@ -102,7 +104,7 @@ class Messages(Table):
         """The row, its vector and its full-text entry (provenance rows must be gone first)."""
         row = self.con.execute("SELECT speaker, text FROM messages WHERE id=?", (mid,)).fetchone()
         self.con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
-                         (mid, row[0], row[1]))
+                         (mid, index_text(row[0]), index_text(row[1])))
         self.con.execute("DELETE FROM message_vec WHERE rowid=?", (mid,))
         self.con.execute("DELETE FROM messages WHERE id=?", (mid,))
         self.bump_epoch()
