@@ -31,12 +31,15 @@ import numpy as np
 from .errors import EmbeddingError
 
 __all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable", "default_model_dir",
-           "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL", "resolve_embedder",
-           "register_embedder", "bundled_models", "validate_vectors"]
+           "default_model_id", "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
+           "ENPT_MODEL", "resolve_embedder", "register_embedder", "bundled_models", "validate_vectors"]
 
 log = logging.getLogger("memsif_lite")
-#: the bundled model with the full XLM-R vocabulary (every script); its tokenizer also counts tokens
+#: the bundled model with the full XLM-R vocabulary (every script): the default for new files
 MULTILINGUAL_MODEL = "me5-small-multi-int8"
+#: the bundled model of files made before schema 8 (English + Portuguese vocabulary); its tokenizer
+#: (47k pieces, ~20 MB) also counts tokens for budgets
+ENPT_MODEL = "me5-small-enpt-int8"
 Kind = Literal["query", "passage"]
 
 
@@ -71,15 +74,23 @@ def default_model_dir() -> Path:
     raise EmbeddingError("the bundled embedding model is missing; reinstall memsif_lite")
 
 
-def read_tokenizer(path: Path) -> Any:
-    """A ``tokenizers.Tokenizer`` from ``tokenizer.json`` or ``tokenizer.json.gz``, without padding
-    or truncation; one instance per file and process (the full multilingual vocabulary takes ~1 s
-    to load), shared by the embedder and the token counter, so callers must not reconfigure it."""
-    return _read_tokenizer(path.resolve())
+def read_tokenizer(path: Path, engine: str = "tokenizers") -> Any:
+    """The tokenizer of ``tokenizer.json`` or ``tokenizer.json.gz``, without padding or truncation,
+    one instance per file and process, shared by the embedders and the token counter (callers must
+    not reconfigure it). ``engine``: ``tokenizers`` (the library), or ``unigram``
+    (:class:`memsif_lite.unigram.UnigramTokenizer`: the same ids for a large vocabulary in a
+    quarter of the memory)."""
+    if engine not in ("tokenizers", "unigram"):
+        raise EmbeddingError(f"unknown tokenizer engine {engine!r}")
+    return _read_tokenizer(path.resolve(), engine)
 
 
 @functools.lru_cache(maxsize=4)
-def _read_tokenizer(path: Path) -> Any:
+def _read_tokenizer(path: Path, engine: str) -> Any:
+    if engine == "unigram":
+        from .unigram import UnigramTokenizer
+
+        return UnigramTokenizer(path)
     from tokenizers import Tokenizer
 
     data = path.read_bytes()
@@ -97,23 +108,28 @@ class TokenTable:
     (``me5-small-enpt-int8``): the subset is recomputed once, exactly, at load."""
 
     def __init__(self, q4: Path, scales: Path, rows: Path | None = None, uint8: tuple[float, int] | None = None):
-        self._q4 = np.load(q4, mmap_mode="r")
+        self._q4: np.ndarray | None = np.load(q4, mmap_mode="r")
         with np.load(scales) as z:
-            self._scales = z["scales"]
-        if self._q4.ndim != 2 or self._scales.shape != (self._q4.shape[0], self._q4.shape[1] * 2 // 32):
+            self._scales: np.ndarray | None = z["scales"]
+        n, half = self._q4.shape if self._q4.ndim == 2 else (0, 0)
+        if not n or self._scales.shape != (n, half * 2 // 32):
             raise EmbeddingError(f"token table {q4.name}: shapes {self._q4.shape} / {self._scales.shape} do not match")
-        self.dim = self._q4.shape[1] * 2
+        self.dim, self.size = half * 2, n
         self._u8: np.ndarray | None = None
         if rows is not None:
             if uint8 is None:
                 raise EmbeddingError("a token table with rows needs its uint8 scale and zero point")
             ids = np.load(rows)
             scale, zp = np.float32(uint8[0]), np.float32(uint8[1])
-            self._u8 = np.clip(np.round(self._dequant(ids) / scale) + zp, 0, 255).astype(np.uint8)
-            self._u8_scale, self._u8_zp = scale, zp
-        self.size = len(self._u8) if self._u8 is not None else self._q4.shape[0]
+            u8 = np.empty((len(ids), self.dim), dtype=np.uint8)
+            for start in range(0, len(ids), 4096):  # in blocks: a few MB of float32 at a time
+                block = self._dequant(ids[start:start + 4096])
+                u8[start:start + 4096] = np.clip(np.round(block / scale) + zp, 0, 255)
+            self._u8, self._u8_scale, self._u8_zp, self.size = u8, scale, zp, len(ids)
+            self._q4 = self._scales = None  # not needed any more: unmap the 4-bit file
 
     def _dequant(self, ids: np.ndarray) -> np.ndarray:
+        assert self._q4 is not None and self._scales is not None
         q = np.asarray(self._q4[ids])
         vals = np.empty((len(ids), self.dim), dtype=np.float32)
         vals[:, 0::2] = (q & 0x0F).astype(np.float32) - 8.0
@@ -161,12 +177,13 @@ class OnnxEmbedder:
                 onnx_path = d / m.get("onnx", "model_int8.onnx")
                 tok_path = d / m.get("tokenizer", "tokenizer.json")
                 table = m.get("token_table")
+                engine = str(m.get("tokenizer_engine", "tokenizers"))
             else:
                 m = {}
                 candidates = sorted(d.glob("model*.onnx"))
                 if not candidates:
                     raise EmbeddingError(f"no model*.onnx in {d}")
-                onnx_path, tok_path, table = candidates[0], d / "tokenizer.json", None
+                onnx_path, tok_path, table, engine = candidates[0], d / "tokenizer.json", None, "tokenizers"
                 m["model_id"] = f"{d.name}-{_file_digest(onnx_path)[:12]}"
         except (OSError, ValueError) as e:
             raise EmbeddingError(f"cannot read embedding model in {d}: {e}") from e
@@ -180,6 +197,7 @@ class OnnxEmbedder:
         self.batch_size = batch_size
         self._threads = threads or os.cpu_count() or 1
         self._onnx_path, self._tok_path, self._table_spec, self._dir = onnx_path, tok_path, table, d
+        self._engine = engine
         self._table: TokenTable | None = None
         self._session: Any = None
         self._tokenizer: Any = None
@@ -193,7 +211,7 @@ class OnnxEmbedder:
         except ImportError as e:  # pragma: no cover - an install requirement
             raise EmbeddingError(f"onnxruntime not installed: {e}") from e
         try:
-            tok = read_tokenizer(self._tok_path)
+            tok = read_tokenizer(self._tok_path, self._engine)
             t = self._table_spec
             if t is not None:
                 u8 = (float(t["uint8_scale"]), int(t["uint8_zero_point"])) if "rows" in t else None
@@ -322,6 +340,14 @@ def bundled_models() -> dict[str, Path]:
     return out
 
 
+def default_model_id() -> str:
+    """The id of the bundled model new files get unless configured otherwise."""
+    try:
+        return str(json.loads((default_model_dir() / "embedder.json").read_text(encoding="utf-8"))["model_id"])
+    except (OSError, ValueError, KeyError) as e:
+        raise EmbeddingError(f"cannot read the bundled model's manifest: {e}") from e
+
+
 def bundled_tokenizer(model_id: str) -> Any:
     """The (shared, unconfigured) tokenizer of a bundled model."""
     d = bundled_models().get(model_id)
@@ -329,8 +355,10 @@ def bundled_tokenizer(model_id: str) -> Any:
         raise EmbeddingError(f"no bundled model {model_id!r}; reinstall memsif_lite")
     try:
         m = json.loads((d / "embedder.json").read_text(encoding="utf-8"))
-        return read_tokenizer(d / m.get("tokenizer", "tokenizer.json"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+        return read_tokenizer(d / m.get("tokenizer", "tokenizer.json"), str(m.get("tokenizer_engine", "tokenizers")))
+    except EmbeddingError:
+        raise
+    except Exception as e:  # noqa: BLE001 - gzip, zlib and tokenizers raise their own types
         raise EmbeddingError(f"cannot read the tokenizer of {model_id}: {e}") from e
 
 

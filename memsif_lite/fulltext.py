@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["index_text", "has_cjk", "CJK_CHAR", "QUERY_STOP_WORDS"]
+__all__ = ["index_text", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_function_words", "CJK_CHAR",
+           "QUERY_STOP_WORDS"]
 
 #: one character of a script written without spaces between words (CJK ideographs with their
-#: extensions and compatibility forms, kana, half-width katakana, Hangul syllables and jamo, bopomofo)
-CJK_CHAR = ("[\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+#: extensions and compatibility forms, the iteration marks 々〆〇, kana, half-width katakana, Hangul
+#: syllables and jamo, bopomofo)
+CJK_CHAR = ("[\u1100-\u11ff\u2e80-\u2fdf\u3005-\u3007\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
             "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]")
 _RUN = re.compile(CJK_CHAR + "+")
 
@@ -45,30 +47,60 @@ def index_text(text: str) -> str:
 
 #: function and question words of the languages besides English whose words are separated by
 #: spaces, dropped from BM25 queries as the English stop words are (``entities.STOP_WORDS``): in a
-#: question such as "¿Dónde vivo yo?" they match most messages and drown the words that matter.
-#: Words that are also English content words (son, war, die, bin, hat, come, des…) are
-#: left out so that English queries are untouched.
-QUERY_STOP_WORDS = frozenset("""
-el la los las un una unos unas y o pero que qué de del al en por para sobre mi mis tu tus su sus
-yo tú él ella nosotros vosotros ellos ellas me te se nos le les lo es está están estoy fue
-estar tengo tiene tienen he ha han cómo como cuál cuáles cuándo cuando dónde donde quién quiénes
-cuánto cuántos muy más ya también este esta estos estas ese esa eso aquí
-os as um uma uns umas e ou mas em no na nos nas do da dos das ao aos pelo pela meu minha meus minhas
-teu tua seu sua eu ele ela nós eles elas vocês você é são estou está estão foi ter tenho tem têm qual
-quais quando onde quem quanto quantos muito mais já também isso isto aquilo esse essa
-le les une et ou mais que qui quoi de du au aux en dans avec sans sur mes ta tes
-sa ses je tu il elle nous vous ils elles est sont suis es était été être avoir ai as avons ont
-quel quelle quels quelles quand où comment combien très déjà aussi ce cette ces cet ça
-der das dem ein eine einer eines einem einen und oder aber dass zu von mit ohne auf aus bei nach vor
-für über im ins vom zum zur mein meine meinen meinem meiner dein deine sein seine ihr ihre ich du er sie
-es wir ihr ist sind bist waren habe hast haben wie wo wann welche welcher welches wer wen wem
-wieviel viele sehr schon auch noch nicht kein keine dieser diese dieses
-il lo gli un una uno e che chi di del della dei delle da dal in nel nella per tra su mio mia
-miei mie tuo tua suo sua io lui lei noi voi loro è sono sei ho hai ha abbiamo hanno quale quali quando
-dove quanto quanti molto più già anche questo questa quello quella
-и в во на с со к ко по о об от до из за у для без а но или что кто как где когда какой какая какие
-какое чем чей сколько я ты он она оно мы вы они мой моя моё мои твой твоя мне меня тебя тебе его её их
-у это этот эта эти то тот та те есть был была было были быть не ни да уже очень ещё тоже же ли
-في من على إلى عن مع هل ما ماذا متى أين كيف لماذا كم أي من هو هي أنا أنت أنتم نحن هم هذا هذه ذلك تلك
-التي الذي كان كانت لا لم لن قد و أو ثم لي لك
-""".split())
+#: question such as "¿Dónde vive mi hermana?" they match most messages and drown the words that
+#: matter. A language's words are dropped only when the question has at least two of them (it is
+#: then written in that language), and words that are also English words or names (son, war, bin,
+#: hat, mit, comment, mia, han, uno, dal, les, los…) are not listed: an English question keeps
+#: every word it had (the BM25 query of every LoCoMo development question is unchanged).
+QUERY_STOP_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for lang, words in {
+    "es": """un una unos unas y o pero que qué de en por para sobre mis tus yo tú él ella nosotros vosotros
+             ellos ellas me se nos le es está están estoy fue estar tengo tiene tienen he ha cómo como cuál
+             cuáles cuándo cuando dónde donde quién quiénes cuánto cuántos muy más ya también este esta
+             estos estas ese esa eso aquí""",
+    "pt": """os as um uma uns umas e ou mas em no na nos nas do da dos das ao aos pelo pela meu minha meus
+             minhas teu tua seu sua ele ela nós eles elas vocês você é são estou está estão foi ter tenho
+             tem têm qual quais quando onde quem quanto quantos muito mais já também isso isto aquilo esse
+             essa""",
+    "fr": """le une ou mais que qui quoi de au aux en dans avec sur mes ta tes sa ses je il elle nous vous
+             ils elles sont suis es était été être avoir as avons ont quel quelle quels quelles quand où
+             combien très déjà aussi ce cette ces cet ça""",
+    "de": """der das dem ein eine einer eines einem einen und oder aber dass zu ohne auf aus bei nach vor für
+             über im vom zum zur mein meine meinen meinem meiner dein deine sein seine ihr ihre ich sie es
+             wir ist sind bist waren habe hast haben wie wo wann welche welcher welches wer wen wem wieviel
+             viele sehr schon auch noch nicht kein keine dieser diese dieses""",
+    "it": """il gli un una e che di della dei delle da in nel nella per mio miei mie tuo tua suo sua lui noi
+             voi loro è sono hai ha abbiamo hanno quale quali quando quanto quanti molto più già anche
+             questo questa quello quella""",
+    "ru": """и в во на с со к ко по о об от до из за у для без а но или что кто как где когда какой какая
+             какие какое чем чей сколько я ты он она оно мы вы они мой моя моё мои твой твоя мне меня тебя
+             тебе его её их это этот эта эти то тот та те есть был была было были быть не ни да уже очень
+             ещё тоже же ли""",
+    "ar": """في من على إلى عن مع هل ما ماذا متى أين كيف لماذا كم أي هو هي أنا أنت أنتم نحن هم هذا هذه ذلك
+             تلك التي الذي كان كانت لا لم لن قد و أو ثم لي لك""",
+}.items()}
+
+
+def foreign_function_words(words: list[str]) -> set[str]:
+    """The words (lower case) that are function words of a language other than English of which the
+    question holds at least two."""
+    out: set[str] = set()
+    for stop in QUERY_STOP_WORDS.values():
+        hits = {w for w in words if w in stop}
+        if len(hits) >= 2:
+            out |= hits
+    return out
+
+
+def cjk_query_terms(text: str) -> list[str]:
+    """BM25 terms for the CJK runs of a question: every run of three or more characters as written
+    (how files not yet migrated to schema 8, opened read-only, indexed it), then every pair, then
+    every character (the least specific last, for a capped query)."""
+    runs = _RUN.findall(text)
+    whole = [r for r in runs if len(r) > 2]
+    pairs = [r[i:i + 2] for r in runs for i in range(len(r) - 1)]
+    chars = [c for r in runs for c in r]
+    return list(dict.fromkeys(whole + pairs + chars))
+
+
+def without_cjk(text: str) -> str:
+    return _RUN.sub(" ", text)

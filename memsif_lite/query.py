@@ -30,6 +30,7 @@ from .answers import has_content_words, offline_answer
 from .db import Database, MessageRow
 from .errors import NotFoundError
 from .filters import MessageFilter
+from .fulltext import index_text
 from .llm import LLM
 from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, local_time, relative_notes, to_stored
@@ -121,7 +122,7 @@ class Answer:
 
 
 def _overlap(a: str, query_words: set[str]) -> int:
-    return len({w.lower() for w in _WORD.findall(a)} & query_words)
+    return len({w.lower() for w in _WORD.findall(index_text(a))} & query_words)
 
 
 def _query_words(question: str) -> set[str]:

@@ -11,7 +11,7 @@ import numpy as np
 from .db import Database, MessageRow
 from .entities import STOP_WORDS
 from .filters import MessageFilter
-from .fulltext import QUERY_STOP_WORDS, has_cjk, index_text
+from .fulltext import cjk_query_terms, foreign_function_words, without_cjk
 from .timeutil import from_stored
 from .types import SearchResult
 
@@ -24,18 +24,19 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
 def fts_query(text: str) -> str | None:
-    """A safe FTS5 query: every word quoted, OR-ed; stop words (English, and the function words
-    of other spaced languages) and single Latin letters (the ``s``
-    of a possessive matches a large share of all messages and costs the most) dropped unless
-    nothing else is left. CJK runs become their characters and pairs, as the index holds them
-    (:mod:`memsif_lite.fulltext`)."""
-    words = [w.lower() for w in _TOKEN.findall(index_text(text))]
-    keep = [w for w in words if w not in STOP_WORDS and w not in QUERY_STOP_WORDS
-            and (len(w) > 1 or w.isdigit() or has_cjk(w))] or words
-    keep = list(dict.fromkeys(keep))[:64]
-    if not keep:
+    """A safe FTS5 query: every word quoted, OR-ed; stop words and single Latin letters (the ``s``
+    of a possessive matches a large share of all messages and costs the most) dropped, and the
+    function words of another language the question is written in (:mod:`memsif_lite.fulltext`);
+    CJK runs as the index holds them (characters and pairs). If nothing is left, the words without
+    the English stop words, then every word."""
+    words = [w.lower() for w in _TOKEN.findall(without_cjk(text))]
+    content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]
+    foreign = foreign_function_words(content)
+    terms = [w for w in content if w not in foreign] + cjk_query_terms(text)
+    terms = list(dict.fromkeys(terms or content or words))[:64]
+    if not terms:
         return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in keep)
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in terms)
 
 
 def units_by_best_member(msg_rank: list[int], unit_of: dict[int, int]) -> list[int]:

@@ -1,20 +1,28 @@
-"""One token counter for budgets: the bundled multilingual model's tokenizer (SentencePiece pieces
-of the full XLM-R vocabulary: close to what chat models count for English, and every script
-counted, where a pruned vocabulary folds a run of Chinese into one unknown token), loaded lazily
-and shared with that model's embedder, the API and the benchmarks."""
+"""One token counter for budgets: the English + Portuguese bundled model's tokenizer (SentencePiece
+pieces, close to what chat models count for English; fast and small), loaded lazily and shared by
+the API and the benchmarks. A run of characters its vocabulary does not know (Chinese, emoji) is
+one unknown token, counted here as one token per character, so budgets hold in every script."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 __all__ = ["count_tokens", "count_tokens_many"]
+
+_UNK = 3
 
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer():
-    from .embed import MULTILINGUAL_MODEL, bundled_tokenizer
+    from .embed import ENPT_MODEL, bundled_tokenizer
 
-    return bundled_tokenizer(MULTILINGUAL_MODEL)
+    return bundled_tokenizer(ENPT_MODEL)
+
+
+def _count(enc: Any) -> int:
+    return len(enc.ids) + sum(end - start - 1 for i, (start, end) in zip(enc.ids, enc.offsets, strict=True)
+                              if i == _UNK and end - start > 1)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -22,11 +30,11 @@ def count_tokens(text: str) -> int:
     """Tokens in ``text`` (without special tokens)."""
     if not text:
         return 0
-    return len(_tokenizer().encode(text, add_special_tokens=False).ids)
+    return _count(_tokenizer().encode(text, add_special_tokens=False))
 
 
 def count_tokens_many(texts: list[str]) -> list[int]:
     """:func:`count_tokens` of each text, encoded as one batch (what ingest stores per message)."""
     if not texts:
         return []
-    return [len(e.ids) for e in _tokenizer().encode_batch(list(texts), add_special_tokens=False)]
+    return [_count(e) for e in _tokenizer().encode_batch(list(texts), add_special_tokens=False)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import apsw
 from fakes import raw
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsif_lite import Config, Memory
@@ -45,11 +45,17 @@ def test_every_cjk_character_and_pair_is_a_token(parts):
 
 
 def test_query_words_keep_cjk_characters_and_drop_other_languages_function_words():
-    assert fts_query("你住在哪里？") == " OR ".join(f'"{w}"' for w in
-                                                 ["你", "住", "在", "哪", "里", "你住", "住在", "在哪", "哪里"])
-    assert fts_query("¿Dónde vive mi hermana?") == '"vive" OR "hermana"'
+    # the run as written (files indexed before schema 8), its pairs, then its characters
+    terms = ["你住在哪里", "你住", "住在", "在哪", "哪里", "你", "住", "在", "哪", "里"]
+    assert fts_query("你住在哪里？") == " OR ".join(f'"{w}"' for w in terms)
     assert fts_query("Wo wohnt meine Schwester?") == '"wohnt" OR "schwester"'
-    assert fts_query("What is Caroline's job?") == '"caroline" OR "job"'  # English as before
+    assert fts_query("¿Dónde viven mis padres ahora?") == '"viven" OR "padres" OR "ahora"'
+    # English as before: a word that is also a foreign function word stays (one is not a language)
+    assert fts_query("What is Caroline's job?") == '"caroline" OR "job"'
+    assert fts_query("Who studied at MIT?") == '"studied" OR "mit"'
+    assert fts_query("Where did Mia go?") == '"mia"'
+    assert fts_query("Did I leave a comment on the AI paper?") == '"leave" OR "comment" OR "ai" OR "paper"'
+    assert fts_query("我在Google工作") == '"google" OR "我在" OR "工作" OR "我" OR "在" OR "工" OR "作"'
 
 
 def test_bm25_finds_a_word_inside_a_run_of_characters(tmp_path, fake_embedder):
@@ -79,12 +85,40 @@ def test_the_check_sees_a_cjk_row_indexed_wrongly(tmp_path, fake_embedder):
 
 
 # -- the bundled multilingual model (real ONNX) ---------------------------------------------------------
-def test_new_files_use_the_multilingual_model(tmp_path, embedder):
+def test_new_files_get_the_multilingual_model_and_the_old_one_can_be_chosen(tmp_path, embedder):
     assert embedder.model_id == MULTILINGUAL_MODEL
-    with Memory(tmp_path / "m.db") as mem:
-        mem.add("me", "hello")
-    with raw(tmp_path / "m.db") as con:
+    for name, model in (("new.db", None), ("old.db", ENPT)):
+        with Memory(tmp_path / name, config=Config(embedding_model=model)) as mem:
+            mem.add("me", "hello")
+    with raw(tmp_path / "new.db") as con:
         assert con.execute("SELECT value FROM meta WHERE key='embedding_model'").fetchone()[0] == MULTILINGUAL_MODEL
+    with Memory(tmp_path / "old.db") as mem:  # reopened without naming it: the file's model
+        assert mem._p.embeddings.embedder.model_id == ENPT
+
+
+def test_the_python_unigram_tokenizer_gives_the_libraries_ids():
+    """The multilingual model's tokenizer (memsif_lite.unigram, ~80 MB) against the tokenizers
+    library reading the same file (~300 MB): the fixture in ten languages, edge cases, random text."""
+    from memsif_lite.embed import default_model_dir, read_tokenizer
+
+    path = default_model_dir() / "tokenizer_multi.json.gz"
+    mine, lib = read_tokenizer(path, "unigram"), read_tokenizer(path, "tokenizers")
+    langs = json.loads((FIXTURES / "multilingual.json").read_text(encoding="utf-8"))["languages"].values()
+    texts = [t for lang in langs for t in lang["memories"] + lang["questions"] + lang["distractors"]]
+    texts += ["", " ", "<s>", "a<s>b</s>", "x <mask> y", "  <mask>", "\x01", "two  spaces", "🥳🥳 party",
+              "～10時～12時", "🈻", "A\u0301", "ﬁne", "\u2581x", "tab\tand\nnew line", "passage: Maya: hi!"]
+    for t in texts:
+        assert mine.encode(t).ids == lib.encode(t).ids, t
+    alphabet = st.sampled_from([chr(c) for c in [*range(32, 0x250), *range(0x3000, 0x3100), *range(0x4e00, 0x4e80),
+                                                 *range(0xac00, 0xac40), *range(0x600, 0x680), *range(0x400, 0x480),
+                                                 0x1f600, 0x1f973, 0x1f23b, 0xff5e, 0x2581, 0xa0, 9, 10, 1, 0x200b]])
+
+    @settings(max_examples=300)
+    @given(st.text(alphabet, max_size=40))
+    def same(text):
+        assert mine.encode(text).ids == lib.encode(text).ids
+
+    same()
 
 
 def test_cjk_and_emoji_are_not_unknown_tokens():
@@ -92,12 +126,17 @@ def test_cjk_and_emoji_are_not_unknown_tokens():
     for text in ["我住在北京，离故宫很近。", "東京に住んでいます", "서울에서 살아요", "🐶🚲🎸"]:
         assert 3 not in full.encode(text).ids, text  # 3 = <unk>
         assert 3 in enpt.encode(text).ids, text  # the English + Portuguese vocabulary has none of them
-    # the budget counts Chinese characters, not one unknown token per run
-    assert count_tokens(CHINESE[0][0]) >= 8
+    # the budget counts an unknown run by its characters, not as one token
+    assert count_tokens(CHINESE[0][0]) >= len(CHINESE[0][0]) - 1
+    english = "Maya lives in Porto."
+    assert count_tokens(english) == len(enpt.encode(english, add_special_tokens=False).ids)
+
+
+MULTI = Config(embedding_model=MULTILINGUAL_MODEL)
 
 
 def test_chinese_questions_find_their_memories(tmp_path):
-    with Memory(tmp_path / "m.db") as mem:
+    with Memory(tmp_path / "m.db", config=MULTI) as mem:
         ids = [mem.add("me", m) for m, _ in CHINESE]
         retr = mem._p.retriever
         dense_top1 = [retr.dense(retr.embed_query(q), 1)[0] for _, q in CHINESE]
@@ -112,7 +151,7 @@ def test_every_fixture_language_beats_chance_by_far(tmp_path):
     the pruned vocabulary's (Chinese 0.40 on the first 20 facts); benchmarks/multilingual.py reports
     the figures."""
     langs = json.loads((FIXTURES / "multilingual.json").read_text(encoding="utf-8"))["languages"]
-    emb = resolve_embedder(None)
+    emb = resolve_embedder(MULTILINGUAL_MODEL)
     recall = {}
     for code, lang in langs.items():
         with Memory(tmp_path / f"{code}.db", embedder=emb) as mem:
@@ -128,7 +167,7 @@ def test_offline_facts_fail_safe_on_other_languages(tmp_path):
     """The offline fact extractor reads English; on other languages it must extract nothing rather
     than garbage (a CoreFact whose statement is not English words)."""
     langs = json.loads((FIXTURES / "multilingual.json").read_text(encoding="utf-8"))["languages"]
-    with Memory(tmp_path / "m.db") as mem:
+    with Memory(tmp_path / "m.db", config=MULTI) as mem:
         for code, lang in langs.items():
             if code != "en":
                 mem.add_many([{"speaker": "me", "text": t, "session": code} for t in lang["memories"]])
@@ -145,6 +184,8 @@ def test_a_file_of_the_previous_release_opens_searches_and_merges(tmp_path):
     lines become findable by BM25, and it merges."""
     path = tmp_path / "old.db"
     path.write_bytes(gzip.decompress((FIXTURES / "release_v7.db.gz").read_bytes()))
+    with Memory(path, read_only=True) as mem:  # not migrated: its Chinese lines are indexed as written
+        assert mem._p.retriever.bm25("我对花生过敏", 5) == [8]
     expected = json.loads((FIXTURES / "release_v7_expected.json").read_text(encoding="utf-8"))
     with Memory(path) as mem:
         assert mem._p.embeddings.embedder.model_id == ENPT
@@ -173,3 +214,10 @@ def test_a_file_of_the_previous_release_opens_searches_and_merges(tmp_path):
         assert report.added == len(texts)
         assert mem.check() == []
         assert mem._p.retriever.bm25("花生", 5)
+    # moving it to the multilingual model: merge it into a new file, which re-embeds its messages
+    new = tmp_path / "new.db"
+    with Memory(new, config=MULTI) as mem:
+        assert mem.merge_from(path).re_embedded == len(texts)
+        peanuts = next(m.id for m in mem.messages() if m.text == "我对花生过敏。")
+        retr = mem._p.retriever
+        assert retr.dense(retr.embed_query("你对什么过敏？"), 1) == [peanuts]

@@ -165,20 +165,25 @@ def _sum_blob(v: Any, dim: int) -> Any:
 def _check_fulltext(con: Any) -> None:
     """FTS5's own check of the index against ``messages`` (raises if they differ). Rows with CJK text
     are indexed as :func:`~memsif_lite.fulltext.index_text` rewrites them, which FTS5 cannot know:
-    inside a savepoint that is always rolled back, each such row's rewritten entry is deleted and
-    its text indexed as written, so the check compares every row (a wrong entry leaves a mismatch)."""
-    rows = [r for r in con.execute("SELECT id, speaker, text FROM messages").fetchall()
-            if has_cjk(r[1]) or has_cjk(r[2])]
-    con.execute("SAVEPOINT fulltext_check")
+    inside a transaction (or savepoint) that is always rolled back, each such row's rewritten entry
+    is deleted and its text indexed as written, so the check compares every row (a wrong entry
+    leaves a mismatch). The rows are read inside it, so no other writer can change them between."""
+    own = con.get_autocommit()
+    con.execute("BEGIN IMMEDIATE" if own else "SAVEPOINT fulltext_check")
     try:
-        for mid, speaker, text in rows:
-            con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
-                        (mid, index_text(speaker), index_text(text)))
-            con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
+        for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
+            if has_cjk(speaker) or has_cjk(text):
+                con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
+                            (mid, index_text(speaker), index_text(text)))
+                con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
         con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
     finally:
-        con.execute("ROLLBACK TO fulltext_check")
-        con.execute("RELEASE fulltext_check")
+        if not con.get_autocommit():  # SQLite may have rolled back already (interrupt, I/O error)
+            if own:
+                con.execute("ROLLBACK")
+            else:
+                con.execute("ROLLBACK TO fulltext_check")
+                con.execute("RELEASE fulltext_check")
 
 
 def check_connection(con: Any) -> list[str]:
