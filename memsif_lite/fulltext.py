@@ -47,7 +47,7 @@ def index_text(text: str) -> str:
 
 #: function and question words of the languages besides English whose words are separated by
 #: spaces, dropped from BM25 queries as the English stop words are (``entities.STOP_WORDS``): in a
-#: question such as "¿Dónde vive mi hermana?" they match most messages and drown the words that
+#: question such as "¿Dónde viven mis padres?" they match most messages and drown the words that
 #: matter. A language's words are dropped only when the question has at least two of them (it is
 #: then written in that language), and words that are also English words or names (son, war, bin,
 #: hat, mit, comment, mia, han, uno, dal, les, los…) are not listed: an English question keeps

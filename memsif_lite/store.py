@@ -164,10 +164,16 @@ def _int8_vectors(con: apsw.Connection, dim: int) -> None:
 
 def _fulltext_scripts(con: apsw.Connection, dim: int) -> None:
     """Data step of migration 8: messages with CJK text are indexed again, as
-    :func:`memsif_lite.fulltext.index_text` rewrites them (their entries so far hold the text as written)."""
+    :func:`memsif_lite.fulltext.index_text` rewrites them (their entries so far hold the text as
+    written), and messages with non-ASCII text are counted again (a run of characters the counting
+    vocabulary does not know now counts one token per character, not one)."""
     from .fulltext import has_cjk, index_text
+    from .tokens import count_tokens
 
     for mid, speaker, text in _sql(con, "SELECT id, speaker, text FROM messages").fetchall():
+        if not text.isascii():
+            _sql(con, "UPDATE messages SET tokens=? WHERE id=? AND tokens IS NOT ?", (count_tokens(text), mid,
+                                                                                     count_tokens(text)))
         if has_cjk(speaker) or has_cjk(text):
             _sql(con, "INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
                  (mid, speaker, text))

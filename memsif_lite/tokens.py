@@ -21,6 +21,8 @@ def _tokenizer():
 
 
 def _count(enc: Any) -> int:
+    # offsets are character offsets into the text (the tokenizers library's; memsif's Python
+    # Unigram, used for the multilingual model's embeddings, has none and never counts)
     return len(enc.ids) + sum(end - start - 1 for i, (start, end) in zip(enc.ids, enc.offsets, strict=True)
                               if i == _UNK and end - start > 1)
 

@@ -3,7 +3,8 @@
 The ``tokenizers`` library reads the same ``tokenizer.json`` and gives the same ids, but holds a
 byte trie of the whole vocabulary that takes ~300 MB of memory for this vocabulary (~20 MB for the
 47k-piece one); a dictionary of the pieces takes ~80 MB and loads in half the time. Segmenting a
-message in Python costs well under a millisecond, next to ~10 ms to embed it.
+chat message in Python costs a fraction of a millisecond (a 2,000-character one 7-20 ms, 4-10x the
+library), next to ~10 ms to embed it; an embedding stops segmenting at the 512-token truncation.
 
 It implements exactly what the bundled ``tokenizer.json`` files describe, and refuses any other:
 special tokens matched in the raw text first (``<mask>`` also takes the spaces before it); each
@@ -30,6 +31,23 @@ __all__ = ["UnigramTokenizer", "Encoding"]
 
 _UNK_PENALTY = 10.0
 _SPACE = "\u2581"
+#: what the tokenizers library counts as white space before a special token with ``lstrip``
+#: (Rust's ``char::is_whitespace``; Python's ``str.isspace`` also has U+001C-U+001F)
+_LSTRIP = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+           "\u2028\u2029\u202f\u205f\u3000")
+#: code points whose NFKC (or combining class) in Python's Unicode 14 tables differs from the
+#: tokenizers library's older tables (all of them added in Unicode 12.1-14: ㋿, 🅬, newer combining
+#: marks...): kept as they are, as the library keeps them (computed on Python 3.11 by comparing
+#: both normalisers on every assigned code point; on a Python with Unicode 15 or later, characters
+#: added since may still normalise differently than in the library)
+_NEWER_UNICODE = re.compile("["
+                            "\u07fd\u0898-\u089f\u08ca-\u08d3\u09fe\u0c3c\u0d3b-\u0d3c\u0eba\u1715\u1abf-\u1ace\u1df6-\u1dfa"
+                            "\u32ff\ua7f2-\ua7f4\ua82c\uab69\U00010781-\U00010785\U00010787-\U000107b0\U000107b2-\U000107ba"
+                            "\U00010d24-\U00010d27\U00010eab-\U00010eac\U00010f46-\U00010f50\U00010f82-\U00010f85\U00011070"
+                            "\U0001133b\U0001145e\U00011839-\U0001183a\U0001193d-\U0001193e\U00011943\U000119e0\U00011a34"
+                            "\U00011a47\U00011a99\U00011d42\U00011d44-\U00011d45\U00011d97\U00016ff0-\U00016ff1"
+                            "\U0001e130-\U0001e136\U0001e2ae\U0001e2ec-\U0001e2ef\U0001f16c\U0001fbf0-\U0001fbf9"
+                            "]")
 
 
 @dataclass(frozen=True)
@@ -74,20 +92,38 @@ class UnigramTokenizer:
         self._unk = int(model["unk_id"])
         self._unk_score = min(self._scores) - _UNK_PENALTY
         self._longest = max(len(piece) for piece, _ in vocab)
-        self._specials = {t["content"]: (int(t["id"]), bool(t.get("lstrip"))) for t in spec.get("added_tokens", [])
-                          if t.get("special") and not t.get("normalized")}
+        added = spec.get("added_tokens", [])
+        if any(not t.get("special") or t.get("normalized") or t.get("single_word") or t.get("rstrip") for t in added):
+            raise ValueError("unsupported tokenizer: only special, unnormalised added tokens (lstrip allowed)")
+        self._specials = {t["content"]: (int(t["id"]), bool(t.get("lstrip"))) for t in added}
         self._special_re = re.compile("|".join(re.escape(s) for s in sorted(self._specials, key=len, reverse=True)))
         single = spec["post_processor"]["single"]
         self._bos = self._ids[single[0]["SpecialToken"]["id"]]
         self._eos = self._ids[single[-1]["SpecialToken"]["id"]]
+        trunc = spec.get("truncation") or {}
+        #: the file's truncation (pieces kept between <s> and </s>): segmenting stops there, so a
+        #: pasted 200 kB log costs what its first 510 pieces cost
+        self._keep = int(trunc["max_length"]) - 2 if trunc.get("max_length") else None
 
     def get_vocab_size(self) -> int:
         return len(self._scores)
 
+    @staticmethod
+    def _nfkc(text: str) -> str:
+        if _NEWER_UNICODE.search(text) is None:
+            return unicodedata.normalize("NFKC", text)
+        # such a character is an inert starter to the library: normalise around it
+        out, pos = [], 0
+        for m in _NEWER_UNICODE.finditer(text):
+            out += [unicodedata.normalize("NFKC", text[pos:m.start()]), m.group()]
+            pos = m.end()
+        out.append(unicodedata.normalize("NFKC", text[pos:]))
+        return "".join(out)
+
     def _normalize(self, text: str) -> str:
         for kind, pattern, content in self._steps:
             if kind == "nfkc":
-                text = unicodedata.normalize("NFKC", text)
+                text = self._nfkc(text)
             elif kind == "regex":
                 text = pattern.sub(content, text)
             else:
@@ -132,28 +168,38 @@ class UnigramTokenizer:
         out.reverse()
         return out
 
-    def _text_ids(self, text: str) -> list[int]:
+    def _text_ids(self, text: str, out: list[int], keep: int | None) -> None:
         norm = self._normalize(text)
         if not norm:
-            return []
+            return
         norm = norm.replace(" ", _SPACE)
         if not norm.startswith(_SPACE):
             norm = _SPACE + norm
-        out: list[int] = []
-        for word in re.findall(_SPACE + "[^" + _SPACE + "]*", norm):
-            out += self._segment(word)
-        return out
+        for m in re.finditer(_SPACE + "[^" + _SPACE + "]*", norm):
+            if keep is not None and len(out) >= keep:
+                return
+            out += self._segment(m.group())
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
+        """Ids of ``text``; with special tokens (an embedding), only as many as the file's
+        truncation keeps (the same ids as the library's truncation gives)."""
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("text is not valid Unicode (a lone surrogate)") from None
+        keep = self._keep if add_special_tokens else None
         ids: list[int] = []
         pos = 0
         for m in self._special_re.finditer(text) if self._specials else ():
             sid, lstrip = self._specials[m.group()]
             before = text[pos:m.start()]
-            ids += self._text_ids(before.rstrip() if lstrip else before)
+            self._text_ids(before.rstrip(_LSTRIP) if lstrip else before, ids, keep)
             ids.append(sid)
             pos = m.end()
-        ids += self._text_ids(text[pos:])
+        self._text_ids(text[pos:], ids, keep)
+        if keep is not None:
+            ids = ids[:keep]
         return Encoding([self._bos, *ids, self._eos] if add_special_tokens else ids)
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
