@@ -31,7 +31,7 @@ import numpy as np
 from .errors import EmbeddingError
 
 __all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable", "default_model_dir",
-           "default_model_id", "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
+           "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
            "ENPT_MODEL", "resolve_embedder", "register_embedder", "bundled_models", "validate_vectors"]
 
 log = logging.getLogger("memsif_lite")
@@ -211,7 +211,7 @@ class OnnxEmbedder:
         except ImportError as e:  # pragma: no cover - an install requirement
             raise EmbeddingError(f"onnxruntime not installed: {e}") from e
         try:
-            tok = read_tokenizer(self._tok_path, self._engine)
+            tok = self.tokenizer()
             t = self._table_spec
             if t is not None:
                 u8 = (float(t["uint8_scale"]), int(t["uint8_zero_point"])) if "rows" in t else None
@@ -228,6 +228,10 @@ class OnnxEmbedder:
             raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e}") from e
         self._inputs = {i.name for i in sess.get_inputs()}
         self._tokenizer, self._session = tok, sess
+
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (shared in the process, unconfigured: see :func:`read_tokenizer`)."""
+        return read_tokenizer(self._tok_path, self._engine)
 
     def _probe_dim(self) -> int:
         self._load()
@@ -340,22 +344,13 @@ def bundled_models() -> dict[str, Path]:
     return out
 
 
-def default_model_id() -> str:
-    """The id of the bundled model new files get unless configured otherwise."""
-    try:
-        return str(json.loads((default_model_dir() / "embedder.json").read_text(encoding="utf-8"))["model_id"])
-    except (OSError, ValueError, KeyError) as e:
-        raise EmbeddingError(f"cannot read the bundled model's manifest: {e}") from e
-
-
 def bundled_tokenizer(model_id: str) -> Any:
     """The (shared, unconfigured) tokenizer of a bundled model."""
     d = bundled_models().get(model_id)
     if d is None:
         raise EmbeddingError(f"no bundled model {model_id!r}; reinstall memsif_lite")
     try:
-        m = json.loads((d / "embedder.json").read_text(encoding="utf-8"))
-        return read_tokenizer(d / m.get("tokenizer", "tokenizer.json"), str(m.get("tokenizer_engine", "tokenizers")))
+        return OnnxEmbedder(d).tokenizer()
     except EmbeddingError:
         raise
     except Exception as e:  # noqa: BLE001 - gzip, zlib and tokenizers raise their own types

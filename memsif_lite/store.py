@@ -172,8 +172,8 @@ def _fulltext_scripts(con: apsw.Connection, dim: int) -> None:
 
     for mid, speaker, text in _sql(con, "SELECT id, speaker, text FROM messages").fetchall():
         if not text.isascii():
-            _sql(con, "UPDATE messages SET tokens=? WHERE id=? AND tokens IS NOT ?", (count_tokens(text), mid,
-                                                                                     count_tokens(text)))
+            n = count_tokens(text)
+            _sql(con, "UPDATE messages SET tokens=? WHERE id=? AND tokens IS NOT ?", (n, mid, n))
         if has_cjk(speaker) or has_cjk(text):
             _sql(con, "INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
                  (mid, speaker, text))
