@@ -76,14 +76,17 @@ class FlatStore:
             "SELECT rowid FROM message_fts WHERE message_fts MATCH ? ORDER BY bm25(message_fts, ?, 1.0) LIMIT ?",
             (q, SPEAKER_WEIGHT, depth))]
 
-    def ranking(self, system: str, question: str, qvec: np.ndarray) -> list[int]:
+    def ranking(self, system: str, question: str, qvec: np.ndarray | None) -> list[int]:
+        """``qvec``: the question's vector (naive_rag and hybrid_rag; None for the others)."""
         if system == "recency":
             return self.recency()
         if system == "naive_rag":
+            assert qvec is not None
             return self.dense(qvec, 200)
         if system == "bm25":
             return self.bm25(question, 200)
         if system == "hybrid_rag":
+            assert qvec is not None
             s = rrf(self.dense(qvec, 200), self.bm25(question, 200))
             return [m for m, _ in sorted(s.items(), key=lambda kv: (-kv[1], kv[0]))]
         raise ValueError(system)

@@ -58,6 +58,7 @@ from _coverage import coverage, words  # noqa: E402
 CATEGORIES = {4: "single_hop", 1: "multi_hop", 2: "temporal", 3: "knowledge"}
 ALL_SYSTEMS = ["memsif", "naive_rag", "bm25", "hybrid_rag", "recency", "memsif_no_segments", "memsif_no_trajectories"]
 FLAT = {"naive_rag", "bm25", "hybrid_rag", "recency"}
+DENSE = {"naive_rag", "hybrid_rag"}  # flat systems that embed the question
 _EVID = re.compile(r"D:?(\d+):(\d+)")
 
 
@@ -84,15 +85,16 @@ class PrecomputedEmbedder:
         return self.inner.embed(texts, kind=kind)
 
 
-_QUERY_CACHE: dict[str, np.ndarray] = {}
+_QUERY_CACHE: dict[tuple[str, str], np.ndarray] = {}
 
 
-def real_query(embedder, question: str) -> np.ndarray:
-    """The query vector, cached in process as memsif caches its query vectors (the first budget
-    of a question pays for embedding it, on both sides)."""
-    if question not in _QUERY_CACHE:
-        _QUERY_CACHE[question] = embedder.embed([question], kind="query")[0]
-    return _QUERY_CACHE[question]
+def real_query(embedder, system: str, question: str) -> np.ndarray:
+    """The query vector, cached per system as each memsif ``Memory`` caches its own: the first
+    budget of a question pays for embedding it, in every system (before stop 20 the flat systems
+    shared one cache, so a flat system run after another never paid)."""
+    if (system, question) not in _QUERY_CACHE:
+        _QUERY_CACHE[(system, question)] = embedder.embed([question], kind="query")[0]
+    return _QUERY_CACHE[(system, question)]
 
 
 def pack(order: list[str], cost: dict[str, int], budget: int) -> list[str]:
@@ -198,7 +200,8 @@ def run(args) -> dict:
                         t0 = time.perf_counter()
                         if s in FLAT:
                             assert flat is not None
-                            order = [flat_src[m] for m in flat.ranking(s, question, real_query(cached, question))]
+                            qvec = real_query(cached, s, question) if s in DENSE else None
+                            order = [flat_src[m] for m in flat.ranking(s, question, qvec)]
                             chosen = pack(order, cost, b)
                             have = set(chosen)
                             text = "\n".join(line[c] for c in chosen)

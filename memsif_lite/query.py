@@ -16,6 +16,7 @@ Offline rules (no LLM, or the LLM failed):
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from .fulltext import index_text
 from .llm import LLM
 from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, local_time, relative_notes, to_stored
-from .tokens import count_tokens
+from .tokens import CACHED_CHARS, count_tokens, joins_exactly
 
 __all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
 
@@ -166,49 +167,52 @@ def _evidence_line(e: EvidenceItem) -> str:
 
 
 def _evidence_tokens(e: EvidenceItem) -> int:
-    """Tokens of the evidence line: prefix + statement (the tokenizer splits them at the space
-    exactly so: checked on 400 LoCoMo lines), or the whole line when the count is not known."""
-    if e.stmt_tokens is None or e.notes:
+    """Tokens of the evidence line: its prefix's plus the statement's from ingest, exact when the
+    statement joins exactly (tokens.joins_exactly); else the whole line is counted."""
+    if e.stmt_tokens is None or e.notes or not joins_exactly(e.stmt):
         return count_tokens(_evidence_line(e))
-    return count_tokens(f"- [{e.at:%Y-%m-%d}] {e.speaker}:") + e.stmt_tokens
+    return count_tokens(f"- [{e.local_at:%Y-%m-%d}] {e.speaker}:") + e.stmt_tokens
 
 
 def _assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[EvidenceItem],
-              budget: int) -> tuple[str, list[FactItem], list[EvidenceItem]]:
+              budget: int) -> tuple[str, int, list[FactItem], list[EvidenceItem]]:
     """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
-    evidence is shown chronologically. The result never exceeds ``budget`` tokens."""
+    evidence is shown chronologically. Returns the text, its tokens and what it shows.
+
+    Each line is counted exactly, plus one token for its newline: the text never exceeds
+    ``budget``, since lines that start with "-" or a heading never count more joined than alone.
+    When every line also ends in a character that joins exactly, the sum of the line counts is
+    the text's count (tokens.joins_exactly) and the text is not tokenized again."""
     head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
     used = 0
-    shown_f: list[FactItem] = []
+    shown_f: list[tuple[FactItem, int]] = []
     for f in facts:
-        c = count_tokens(_fact_line(f)) + 1 + (count_tokens(head_f) + 1 if not shown_f else 0)
+        n = count_tokens(_fact_line(f))
+        c = n + 1 + (count_tokens(head_f) + 1 if not shown_f else 0)
         if used + c > budget // 8:
             break
-        shown_f.append(f)
+        shown_f.append((f, n))
         used += c
-    shown_e: list[EvidenceItem] = []
+    shown_e: list[tuple[EvidenceItem, int]] = []
     for e in evidence:
-        c = _evidence_tokens(e) + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
+        n = _evidence_tokens(e)
+        c = n + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
         if used + c > budget:
             if budget - used < 12:
                 break
             continue
-        shown_e.append(e)
+        shown_e.append((e, n))
         used += c
-
-    def render() -> str:
-        parts = []
-        if shown_f:
-            parts += [head_f] + [_fact_line(f) for f in shown_f]
-        if shown_e:
-            parts += [head_e] + [_evidence_line(e) for e in sorted(shown_e, key=lambda e: (e.at, e.message_ids))]
-        return "\n".join(parts)
-
-    text = render()
-    while count_tokens(text) > budget and (shown_e or shown_f):  # tokenizer joins can differ by a token or two
-        (shown_e if shown_e else shown_f).pop()
-        text = render()
-    return text, shown_f, shown_e
+    lines: list[tuple[str, int]] = []
+    if shown_f:
+        lines += [(head_f, count_tokens(head_f))] + [(_fact_line(f), n) for f, n in shown_f]
+    if shown_e:
+        lines += [(head_e, count_tokens(head_e))] + [
+            (_evidence_line(e), n) for e, n in sorted(shown_e, key=lambda en: (en[0].at, en[0].message_ids))]
+    text = "\n".join(line for line, _ in lines)
+    exact = all(joins_exactly(line) for line, _ in lines)
+    tokens = sum(n for _, n in lines) if exact else count_tokens(text)
+    return text, tokens, [f for f, _ in shown_f], [e for e, _ in shown_e]
 
 
 def extractive_answer(question: str, ctx: Context) -> str:
@@ -244,19 +248,32 @@ def low_information(text: str, min_words: int) -> bool:
     return not has_content_words(" ".join(w for w in text.split() if not w[:1].isupper()), min_words)
 
 
+@functools.lru_cache(maxsize=4096)
+def _low_information_short(text: str, min_words: int) -> bool:
+    return low_information(text, min_words)
+
+
+@functools.lru_cache(maxsize=4096)
+def _notes_short(stmt: str, said_at: datetime) -> tuple[str, ...]:
+    return tuple(relative_notes(stmt, said_at))
+
+
 def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str],
                       limit: int) -> Iterator[EvidenceItem]:
     """Evidence items in rank order, made as the assembly asks for them (it stops when the
-    budget is full)."""
+    budget is full). What depends on a message alone is computed once per process for short
+    messages (the same messages recur across questions and budgets)."""
     for i, mid in enumerate(ranked[:limit]):
         r = rows[mid]
-        if i > 0 and low_information(r.text, LOW_INFO_WORDS):
+        short = len(r.text) <= CACHED_CHARS
+        if i > 0 and (_low_information_short if short else low_information)(r.text, LOW_INFO_WORDS):
             continue
         at = from_stored(r.at)
         stmt = _trim(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
+        local = local_time(at, r.utc_offset_min)
+        notes = _notes_short(stmt, local) if len(stmt) <= CACHED_CHARS else tuple(relative_notes(stmt, local))
         yield EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
-                           tuple(relative_notes(stmt, local_time(at, r.utc_offset_min))), r.utc_offset_min,
-                           r.tokens if stmt == r.text else None)
+                           notes, r.utc_offset_min, r.tokens if stmt == r.text else None)
 
 
 class _Laps:
@@ -358,10 +375,9 @@ class QueryPipeline:
                 got = _offline_evidence(rows, ranked, _query_words(question), 60)
             evidence = got
             lap("evidence")
-        text, shown_facts, shown_evidence = _assemble(question, facts, evidence, budget_tokens)
+        text, tokens, shown_facts, shown_evidence = _assemble(question, facts, evidence, budget_tokens)
         lap("assemble")
-        return Context(question, text, tuple(shown_facts), tuple(shown_evidence), sufficient, count_tokens(text),
-                       budget_tokens)
+        return Context(question, text, tuple(shown_facts), tuple(shown_evidence), sufficient, tokens, budget_tokens)
 
     # -- ActiveFact accumulation -------------------------------------------------------------------
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:

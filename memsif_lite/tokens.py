@@ -6,11 +6,15 @@ one unknown token, counted here as one token per character, so budgets hold in e
 from __future__ import annotations
 
 import functools
+import unicodedata
 from typing import Any
 
-__all__ = ["count_tokens", "count_tokens_many"]
+__all__ = ["count_tokens", "count_tokens_many", "joins_exactly", "CACHED_CHARS"]
 
 _UNK = 3
+#: characters the tokenizer's normalizer turns into a space although Python does not call them
+#: white space or unprintable (the rest of its list is white space or unprintable)
+_SPACE_TO_TOKENIZER = "\u2581\ufffd"
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,11 +31,22 @@ def _count(enc: Any) -> int:
                               if i == _UNK and end - start > 1)
 
 
+#: texts up to this long (rendered lines, sentences, prefixes: what recurs) are counted once per
+#: process; longer ones every time, so the cache never holds whole long messages
+CACHED_CHARS = 1000
+
+
 @functools.lru_cache(maxsize=65536)
+def _count_short(text: str) -> int:
+    return _count(_tokenizer().encode(text, add_special_tokens=False))
+
+
 def count_tokens(text: str) -> int:
     """Tokens in ``text`` (without special tokens)."""
     if not text:
         return 0
+    if len(text) <= CACHED_CHARS:
+        return _count_short(text)
     return _count(_tokenizer().encode(text, add_special_tokens=False))
 
 
@@ -40,3 +55,18 @@ def count_tokens_many(texts: list[str]) -> list[int]:
     if not texts:
         return []
     return [_count(e) for e in _tokenizer().encode_batch(list(texts), add_special_tokens=False)]
+
+
+@functools.lru_cache(maxsize=8192)
+def _edge_ok(c: str) -> bool:
+    n = unicodedata.normalize("NFKC", c)
+    return c.isprintable() and not c.isspace() and c not in _SPACE_TO_TOKENIZER and bool(n) and n == n.strip()
+
+
+def joins_exactly(text: str) -> bool:
+    """True when ``text`` starts and ends with a character the tokenizer keeps as it is (not white
+    space, nothing it drops, no compatibility character that becomes a space). The tokenizer
+    splits at spaces (a newline is one) and tokenizes each word alone, so texts like these count
+    additively: ``count_tokens(a + "\n" + b) == count_tokens(a) + count_tokens(b)``, and the
+    same with one space (tests/test_tokens.py checks it on arbitrary text)."""
+    return bool(text) and _edge_ok(text[0]) and _edge_ok(text[-1])

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES
-from fakes import raw
+from fakes import FakeEmbedder, raw
 from memsif_lite import InvalidInputError, Memory, prompts
 from memsif_lite.importers import read_locomo
 from memsif_lite.timeutil import relative_notes
-from memsif_lite.tokens import count_tokens
+from memsif_lite.tokens import count_tokens, joins_exactly
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,47 @@ def test_context_never_exceeds_budget(tiny_db, embedder, budget, q):
     assert ctx.tokens == count_tokens(ctx.text) <= budget
     if budget >= 120:
         assert ctx.evidence
+
+
+# text that tries every way a tokenizer can merge or drop characters at a join: white space of
+# all kinds, characters it drops, compatibility characters that become a space, combining marks
+_NASTY = st.text(st.sampled_from(list("ab1 .:-[]?") + ["\n", "\t", "\r", "\x01", "\x7f", "\x85", "\xa0", "\xb4",
+                                                     "\xa8", "\u0301", "\u200b", "\u200d", "\u2028", "\u2581",
+                                                     "\u3000", "\ufeff", "\ufffd", "中", "😀", "Ａ", "①"]),
+                 max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=_NASTY, b=_NASTY)
+def test_texts_that_join_exactly_count_additively(a, b):
+    if joins_exactly(a) and joins_exactly(b):
+        assert count_tokens(a + "\n" + b) == count_tokens(a) + count_tokens(b) == count_tokens(a + " " + b)
+    # a line starting with "- " never counts more inside a text than alone (the budget's bound)
+    lines = ["- " + a, "- " + b, "- " + a + b]
+    assert count_tokens("\n".join(lines)) <= sum(map(count_tokens, lines))
+
+
+@pytest.fixture(scope="module")
+def nasty_db(tmp_path_factory):
+    """Messages with white space, dropped and compatibility characters at their edges, and long
+    ones that get cut: the assembly's line counts must still add up to the text's."""
+    texts = [" Ben passed his violin exam ", "\u200bBen's violin exam went well\u2581", "´violin exam tomorrow",
+             "violin exam\x01", "\tOrchestra plans for the violin\n", "violin exam \ufeff", "\u3000violin 中文 exam",
+             "violin exam ¨", "Violin exam next week? " * 12, "The exam. " * 30 + "violin!", "\x01\x01",
+             "violin exam 😀\r\n"]
+    path = tmp_path_factory.mktemp("nasty") / "nasty.db"
+    with Memory(path, embedder=FakeEmbedder()) as mem:
+        mem.add_many([{"speaker": sp, "text": t, "at": f"2023-05-{i % 28 + 1:02d}T10:00:00"}
+                      for i, t in enumerate(texts) for sp in ("Ana", " Ben\u2581")])
+    return path
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(budget=st.integers(50, 600), q=st.sampled_from(["violin exam", "orchestra", "when is the exam?", "中文"]))
+def test_context_tokens_are_exact_on_awkward_text(nasty_db, budget, q):
+    with Memory(nasty_db, embedder=FakeEmbedder()) as mem:
+        ctx = mem.context(q, budget_tokens=budget)
+    assert ctx.tokens == count_tokens(ctx.text) <= budget
 
 
 def test_context_reads_only_and_validates(tiny_db, embedder):
