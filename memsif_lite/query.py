@@ -308,8 +308,9 @@ class QueryPipeline:
         near_core = core.nearest(qvec, 2 * MAX_FACTS) if flt is None else fl.nearest_facts(qvec, 2 * MAX_FACTS, flt)
         near_active = (clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
                        else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))
+        got = core.many([fid for fid, _ in near_core])
         for fid, dist in near_core:
-            f = core.get(fid)
+            f = got.get(fid)
             if f is not None:
                 items.append(FactItem("core", f.id, f.subject, f.type, f.stmt, f.valid_from, f.valid_to,
                                       f.message_ids, 1.0 - dist))

@@ -15,11 +15,14 @@ from .fulltext import cjk_query_terms, foreign_function_words, without_cjk
 from .timeutil import from_stored
 from .types import SearchResult
 
-__all__ = ["Retriever", "fts_query", "rrf", "top_scored", "units_by_best_member", "RRF_K", "SPEAKER_WEIGHT"]
+__all__ = ["Retriever", "fts_query", "rrf", "top_scored", "top_units", "RRF_K", "SPEAKER_WEIGHT", "UNIT_PREFIX"]
 
 RRF_K = 60
 #: BM25 weight of the speaker column relative to the text (names in questions matter, but less)
 SPEAKER_WEIGHT = 0.3
+#: the units of this many best-ranked messages are looked up first; the rest only when they could
+#: still change the top units (top_units), which gives the same result as looking up all
+UNIT_PREFIX = 60
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
@@ -37,11 +40,6 @@ def fts_query(text: str) -> str | None:
     if not terms:
         return None
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in terms)
-
-
-def units_by_best_member(msg_rank: list[int], unit_of: dict[int, int]) -> list[int]:
-    """Segments/trajectories in the order of their best-ranked member message."""
-    return list(dict.fromkeys(unit_of[m] for m in msg_rank if m in unit_of))
 
 
 def rrf(*rankings: list[int], k: int = RRF_K) -> dict[int, float]:
@@ -65,6 +63,23 @@ def top_scored(scores: dict[int, float], limit: int | None = None) -> list[tuple
     part = np.flatnonzero(vals >= vals[part].min())  # every tie at the cut, ordered by id below
     order = part[np.lexsort((ids[part], -vals[part]))][:limit]
     return [(int(ids[i]), float(vals[i])) for i in order]
+
+
+def top_units(dense: list[int], by_member: list[int], top: int, *, complete: bool) -> list[tuple[int, float]] | None:
+    """The ``top`` units by RRF of their own dense ranking and ``by_member`` (units in the order of
+    their best-ranked member). When ``by_member`` is only the start of that list (``complete``
+    False), a unit it leaves out ranks after all it holds, so it can add at most
+    1/(RRF_K + len + 1) to its dense score: the result is returned only when every listed top
+    unit scores strictly more than any left-out unit could, and is then what the whole list
+    gives; else None."""
+    scores = rrf(dense, by_member)
+    if complete:
+        return top_scored(scores, top)
+    listed = set(by_member)
+    best = top_scored({u: s for u, s in scores.items() if u in listed}, top)
+    cap = 1.0 / (RRF_K + len(by_member) + 1)
+    rival = max([scores[u] + cap for u in dense if u not in listed] + [cap])
+    return best if len(best) == top and best[-1][1] > rival + 1e-12 else None
 
 
 class Retriever:
@@ -115,9 +130,9 @@ class Retriever:
             rows = self.db.messages.many([m for m, _ in top])
             return [_message_hit(rows[mid], score) for mid, score in top]
         msg_rank = [mid for mid, _ in top_scored(msg_scores)]
-        unit_of = self.db.structure.unit_of(level, msg_rank)
+        by_member = self.db.structure.units_by_best_member(msg_rank)[level]
         dense = self._unit_dense(level, self.embed_query(query), depth, flt)
-        top = top_scored(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:k]
+        top = top_scored(rrf(dense, by_member))[:k]
         return [_unit_hit(level, uid, self._members(level, uid, flt), score) for uid, score in top]
 
     def rank_with_structure(self, query: str, *, depth: int = 200, flt: MessageFilter | None = None,
@@ -139,17 +154,26 @@ class Retriever:
         msg_scores = rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
         msg_rank = [m for m, _ in top_scored(msg_scores)]
         total: dict[int, float] = dict(msg_scores)
-        for level, weight in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight)):
-            if weight <= 0:
-                continue
-            unit_of = self.db.structure.unit_of(level, msg_rank)
+        levels = [(lv, w) for lv, w in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight))
+                  if w > 0]
+        if not levels or self.top_units <= 0:
+            return top_scored(total, limit)
+        by_member = self.db.structure.units_by_best_member(msg_rank[:UNIT_PREFIX])
+        whole = len(msg_rank) <= UNIT_PREFIX
+        for level, weight in levels:
             dense = self._unit_dense(level, qvec, max(self.top_units * 4, 32), flt)
-            for uid, us in top_scored(rrf(dense, units_by_best_member(msg_rank, unit_of)))[:self.top_units]:
-                members = self.db.structure.member_ids(level, uid)
+            top = top_units(dense, by_member[level], self.top_units, complete=whole)
+            if top is None:  # the units of the first messages cannot decide: look up all
+                by_member, whole = self.db.structure.units_by_best_member(msg_rank), True
+                top = top_units(dense, by_member[level], self.top_units, complete=True)
+            assert top is not None
+            members = self.db.structure.members(level, [uid for uid, _ in top])
+            for uid, us in top:
+                mids = members[uid]
                 if flt is not None:
-                    keep = self.db.filters.keep(members, flt)
-                    members = [m for m in members if m in keep]
-                for mid in members:
+                    keep = self.db.filters.keep(mids, flt)
+                    mids = [m for m in mids if m in keep]
+                for mid in mids:
                     total[mid] = total.get(mid, 0.0) + weight * us
         return top_scored(total, limit)
 

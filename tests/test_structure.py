@@ -221,3 +221,28 @@ def test_trajectory_links_non_contiguous_segments(memory):
     assert tr[traj[1]].segment_ids == (1, 3)
     hits = mem.search("marathon race", k=1, level="trajectory")
     assert hits[0].id == traj[1] and hits[0].message_ids == (1, 2, 5, 6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n_units=st.integers(1, 40), dense_n=st.integers(0, 40), prefix=st.integers(0, 40), top=st.integers(1, 5),
+       seed=st.integers(0, 2**32 - 1))
+def test_top_units_from_a_prefix_equal_those_from_the_whole_order(n_units, dense_n, prefix, top, seed):
+    """rank_with_structure looks up the units of the first messages only; whenever that decides,
+    the top units are exactly those of the whole best-member order."""
+    from memsif_lite.retrieval import top_units
+
+    rng = np.random.default_rng(seed)
+    order = [int(u) for u in rng.permutation(n_units) + 1]   # units by best member
+    dense = [int(u) for u in rng.permutation(n_units + 5)[:dense_n] + 1]  # may hold units no message is in
+    whole = top_units(dense, order, top, complete=True)
+    got = top_units(dense, order[:prefix], top, complete=False)
+    assert got is None or got == whole
+
+
+def test_top_units_usually_decide_from_a_prefix():
+    from memsif_lite.retrieval import top_units
+
+    order = list(range(1, 101))
+    assert top_units(list(range(1, 33)), order[:20], 3, complete=False) == top_units(list(range(1, 33)), order, 3,
+                                                                                     complete=True)
+    assert top_units([50, 1, 2], order[:2], 3, complete=False) is None  # unit 50 might be 3rd: look further

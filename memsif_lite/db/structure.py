@@ -162,10 +162,6 @@ class Structure(Table):
             "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM message_units u "
             f"JOIN messages m ON m.id=u.message_id WHERE {_MEMBERS[level]} ORDER BY m.id", (uid,))]
 
-    def member_ids(self, level: str, uid: int) -> list[int]:
-        return [r[0] for r in self.con.execute(
-            f"SELECT u.message_id FROM message_units u WHERE {_MEMBERS[level]}", (uid,))]
-
     def member_vectors(self, level: str, uid: int) -> list[tuple[int, np.ndarray, list[str], str]]:
         """(message id, vector, entities, at) of a unit's members: what its aggregate is made of."""
         rows = self.con.execute(
@@ -183,14 +179,30 @@ class Structure(Table):
             "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (sid, sid, limit)).fetchall()
         return [MessageRow(*r) for r in reversed(rows)]
 
-    def unit_of(self, level: str, mids: list[int]) -> dict[int, int]:
-        """message id -> its segment (or trajectory) id, for the given messages."""
-        if level == "segment":
-            sql = "SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})"
-        else:
-            sql = ("SELECT u.message_id, s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
-                   "WHERE u.message_id IN ({marks})")
-        return {m: u for m, u in self.rows_in(sql, mids) if u is not None}
+    def units_by_best_member(self, ranked: list[int]) -> dict[str, list[int]]:
+        """Per level, the segments (trajectories) holding any of the ``ranked`` message ids, in
+        the order of their best-ranked member (one query)."""
+        first: dict[str, dict[int, int]] = {"segment": {}, "trajectory": {}}
+        seg, traj = first["segment"], first["trajectory"]
+        for pos, sid, tid in self.con.execute(
+                "SELECT j.key, u.segment_id, s.trajectory_id FROM json_each(?) j "
+                "JOIN message_units u ON u.message_id=j.value JOIN segments s ON s.id=u.segment_id",
+                (json.dumps(ranked),)):
+            if pos < seg.get(sid, pos + 1):
+                seg[sid] = pos
+            if tid is not None and pos < traj.get(tid, pos + 1):
+                traj[tid] = pos
+        return {level: sorted(units, key=units.__getitem__) for level, units in first.items()}
+
+    def members(self, level: str, uids: list[int]) -> dict[int, list[int]]:
+        """unit id -> its message ids in order, for the given units (one query)."""
+        key = "u.segment_id" if level == "segment" else "s.trajectory_id"
+        out: dict[int, list[int]] = {u: [] for u in uids}
+        for uid, mid in self.rows_in(
+                f"SELECT {key}, u.message_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
+                f"WHERE {key} IN ({{marks}}) ORDER BY u.message_id", uids):
+            out[uid].append(mid)
+        return out
 
     # -- listings --------------------------------------------------------------------------------
     def memberships(self) -> dict[int, list[int]]:
