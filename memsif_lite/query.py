@@ -131,9 +131,10 @@ def _query_words(question: str) -> set[str]:
     return {w.strip('"') for w in q.split(" OR ")}
 
 
-def _trim(text: str, qwords: set[str], max_tokens: int = MAX_EVIDENCE_TOKENS, tokens: int | None = None) -> str:
+def _trim(text: str, qwords: set[str], max_tokens: int | None = None, tokens: int | None = None) -> str:
     """The message, or its most relevant sentences (in order) when it is long (``tokens``: its
-    count from ingest, when known)."""
+    count from ingest, when known; ``max_tokens``: MAX_EVIDENCE_TOKENS, read when called)."""
+    max_tokens = MAX_EVIDENCE_TOKENS if max_tokens is None else max_tokens
     if (tokens if tokens is not None else count_tokens(text)) <= max_tokens:
         return text
     sents = [s for s in _SENT.split(text) if s.strip()]
