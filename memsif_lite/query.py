@@ -251,7 +251,7 @@ def low_information(text: str, min_words: int) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _low_information_short(text: str, min_words: int) -> bool:
-    return low_information(text, min_words)
+    return low_information(text, min_words)  # depends on answers.STOP_WORDS too: a constant
 
 
 @functools.lru_cache(maxsize=4096)

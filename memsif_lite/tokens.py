@@ -63,10 +63,18 @@ def _edge_ok(c: str) -> bool:
     return c.isprintable() and not c.isspace() and c not in _SPACE_TO_TOKENIZER and bool(n) and n == n.strip()
 
 
+@functools.lru_cache(maxsize=1)
+def _added_tokens() -> tuple[str, ...]:
+    """Strings the tokenizer takes out of a text before normalising it (``<s>``, ``<mask>``…)."""
+    return tuple(t.content for t in _tokenizer().get_added_tokens_decoder().values())
+
+
 def joins_exactly(text: str) -> bool:
     """True when ``text`` starts and ends with a character the tokenizer keeps as it is (not white
-    space, nothing it drops, no compatibility character that becomes a space). The tokenizer
-    splits at spaces (a newline is one) and tokenizes each word alone, so texts like these count
-    additively: ``count_tokens(a + "\n" + b) == count_tokens(a) + count_tokens(b)``, and the
-    same with one space (tests/test_tokens.py checks it on arbitrary text)."""
-    return bool(text) and _edge_ok(text[0]) and _edge_ok(text[-1])
+    space, nothing it drops, no compatibility character that becomes a space) and holds none of
+    its added tokens (``<s>``…: they are split out before normalising, leaving a space beside them
+    that counts). The tokenizer splits at spaces (a newline is one) and tokenizes each word alone,
+    so texts like these count additively: ``count_tokens(a + "\n" + b) == count_tokens(a) +
+    count_tokens(b)``, and the same with one space (tests/test_ask.py checks it on arbitrary text)."""
+    return (bool(text) and _edge_ok(text[0]) and _edge_ok(text[-1])
+            and not ("<" in text and any(t in text for t in _added_tokens())))

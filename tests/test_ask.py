@@ -58,10 +58,10 @@ def test_context_never_exceeds_budget(tiny_db, embedder, budget, q):
 
 # text that tries every way a tokenizer can merge or drop characters at a join: white space of
 # all kinds, characters it drops, compatibility characters that become a space, combining marks
-_NASTY = st.text(st.sampled_from(list("ab1 .:-[]?") + ["\n", "\t", "\r", "\x01", "\x7f", "\x85", "\xa0", "\xb4",
-                                                     "\xa8", "\u0301", "\u200b", "\u200d", "\u2028", "\u2581",
-                                                     "\u3000", "\ufeff", "\ufffd", "中", "😀", "Ａ", "①"]),
-                 max_size=12)
+_NASTY = st.lists(st.sampled_from(list("ab1 .:-[]?<>") + [
+    "\n", "\t", "\r", "\x01", "\x7f", "\x85", "\xa0", "\xb4", "\xa8", "\u0301", "\u200b", "\u200d", "\u2028",
+    "\u2581", "\u3000", "\ufeff", "\ufffd", "中", "😀", "Ａ", "①", "<s>", "</s>", "<mask>", "<unk>", "<pad>"]),
+    max_size=12).map("".join)
 
 
 @settings(max_examples=400, deadline=None)
@@ -81,7 +81,7 @@ def nasty_db(tmp_path_factory):
     texts = [" Ben passed his violin exam ", "\u200bBen's violin exam went well\u2581", "´violin exam tomorrow",
              "violin exam\x01", "\tOrchestra plans for the violin\n", "violin exam \ufeff", "\u3000violin 中文 exam",
              "violin exam ¨", "Violin exam next week? " * 12, "The exam. " * 30 + "violin!", "\x01\x01",
-             "violin exam 😀\r\n"]
+             "violin exam 😀\r\n", "<s>violin exam", "violin exam </s>", "<mask> violin <pad> exam"]
     path = tmp_path_factory.mktemp("nasty") / "nasty.db"
     with Memory(path, embedder=FakeEmbedder()) as mem:
         mem.add_many([{"speaker": sp, "text": t, "at": f"2023-05-{i % 28 + 1:02d}T10:00:00"}

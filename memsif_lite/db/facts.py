@@ -162,7 +162,8 @@ class CoreFacts(Table):
         return self.many([fid]).get(fid)
 
     def many(self, ids: Sequence[int]) -> dict[int, CoreFact]:
-        """The facts with these ids that exist (two queries, whatever their number)."""
+        """The facts with these ids that exist (two queries per 500 ids)."""
+        ids = list(dict.fromkeys(ids))
         sources: dict[int, list[int]] = {}
         for fid, mid in self.rows_in("SELECT fact_id, message_id FROM fact_sources WHERE fact_id IN ({marks}) "
                                      "ORDER BY fact_id, message_id", ids):
