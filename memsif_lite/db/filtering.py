@@ -105,11 +105,7 @@ class Filtering(Table):
     def keep(self, ids: Sequence[int], f: MessageFilter) -> set[int]:
         """The matching ones among ``ids``."""
         sql, args = message_sql(f)
-        out: set[int] = set()
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start:start + 500])
-            out.update(r[0] for r in self.con.execute(f"{sql} AND m.id IN ({_marks(len(chunk))})", (*args, *chunk)))
-        return out
+        return {r[0] for r in self.rows_in(sql + " AND m.id IN ({marks})", ids, args)}
 
     def already_present(self, speaker: str, text: str, at: str, source_id: str | None) -> bool:
         """Is this message in the file already: same ``source_id`` and speaker when it has a
