@@ -20,7 +20,7 @@ import functools
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -163,8 +163,13 @@ def _fact_line(f: FactItem) -> str:
 
 
 def _evidence_line(e: EvidenceItem) -> str:
+    """An evidence line without its day: the context groups lines under a line per day."""
     notes = f" (dates: {'; '.join(e.notes)})" if e.notes else ""
-    return f"- [{e.local_at:%Y-%m-%d}] {e.speaker}: {e.stmt}{notes}"
+    return f"- {e.speaker}: {e.stmt}{notes}"
+
+
+def _day_line(day: date) -> str:
+    return f"[{day:%Y-%m-%d}]"
 
 
 def _evidence_tokens(e: EvidenceItem) -> int:
@@ -172,18 +177,19 @@ def _evidence_tokens(e: EvidenceItem) -> int:
     statement joins exactly (tokens.joins_exactly); else the whole line is counted."""
     if e.stmt_tokens is None or e.notes or not joins_exactly(e.stmt):
         return count_tokens(_evidence_line(e))
-    return count_tokens(f"- [{e.local_at:%Y-%m-%d}] {e.speaker}:") + e.stmt_tokens
+    return count_tokens(f"- {e.speaker}:") + e.stmt_tokens
 
 
 def _assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[EvidenceItem],
               budget: int) -> tuple[str, int, list[FactItem], list[EvidenceItem]]:
     """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
-    evidence is shown chronologically. Returns the text, its tokens and what it shows.
+    evidence is shown chronologically, under a line per day (the speaker's local date): a day costs
+    its tokens once, not on every line. Returns the text, its tokens and what it shows.
 
     Each line is counted exactly, plus one token for its newline: the text never exceeds
-    ``budget``, since lines that start with "-" or a heading never count more joined than alone.
-    When every line also ends in a character that joins exactly, the sum of the line counts is
-    the text's count (tokens.joins_exactly) and the text is not tokenized again."""
+    ``budget``, since lines that start with "-", "[" or a heading never count more joined than
+    alone. When every line also ends in a character that joins exactly, the sum of the line counts
+    is the text's count (tokens.joins_exactly) and the text is not tokenized again."""
     head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
     used = 0
     shown_f: list[tuple[FactItem, int]] = []
@@ -195,21 +201,31 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[Evide
         shown_f.append((f, n))
         used += c
     shown_e: list[tuple[EvidenceItem, int]] = []
+    days: set[date] = set()
     for e in evidence:
         n = _evidence_tokens(e)
-        c = n + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
+        day = e.local_at.date()
+        c = (n + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
+             + (count_tokens(_day_line(day)) + 1 if day not in days else 0))
         if used + c > budget:
             if budget - used < 12:
                 break
             continue
         shown_e.append((e, n))
+        days.add(day)
         used += c
     lines: list[tuple[str, int]] = []
     if shown_f:
         lines += [(head_f, count_tokens(head_f))] + [(_fact_line(f), n) for f, n in shown_f]
     if shown_e:
-        lines += [(head_e, count_tokens(head_e))] + [
-            (_evidence_line(e), n) for e, n in sorted(shown_e, key=lambda en: (en[0].at, en[0].message_ids))]
+        lines.append((head_e, count_tokens(head_e)))
+        last: date | None = None
+        for e, n in sorted(shown_e, key=lambda en: (en[0].local_at.date(), en[0].at, en[0].message_ids)):
+            day = e.local_at.date()
+            if day != last:
+                lines.append((_day_line(day), count_tokens(_day_line(day))))
+                last = day
+            lines.append((_evidence_line(e), n))
     text = "\n".join(line for line, _ in lines)
     exact = all(joins_exactly(line) for line, _ in lines)
     tokens = sum(n for _, n in lines) if exact else count_tokens(text)

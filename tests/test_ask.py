@@ -42,7 +42,7 @@ def test_offline_answer_cites_the_right_messages(tiny_db, embedder):
     assert cited[0] == "D2:1" and "distinction" in ans.text
     assert "D1:3" in [src[m] for e in breed.evidence for m in e.message_ids]
     assert ans.tokens_in <= 300 and set(ans.timings_ms) >= {"embed_query", "facts", "retrieval", "answer"}
-    assert "- [2023-05-08] Ana:" in ans.context
+    assert "\n[2023-05-08]\n- Ana:" in ans.context  # a line per day, then its evidence
 
 
 @settings(max_examples=20, deadline=None,
@@ -54,6 +54,23 @@ def test_context_never_exceeds_budget(tiny_db, embedder, budget, q):
     assert ctx.tokens == count_tokens(ctx.text) <= budget
     if budget >= 120:
         assert ctx.evidence
+
+
+def test_evidence_is_grouped_under_one_line_per_day(tiny_db, embedder):
+    with Memory(tiny_db, embedder=embedder) as mem:
+        ctx = mem.context("violin exam orchestra puppy", budget_tokens=2000)
+    lines = ctx.text.split("\n")
+    days = [ln for ln in lines if ln.startswith("[")]
+    assert len(days) == len(set(days)) >= 2 and days == sorted(days)  # each day once, in order
+    day = None
+    shown = iter(sorted(ctx.evidence, key=lambda e: (e.local_at.date(), e.at, e.message_ids)))
+    for ln in lines[lines.index("Evidence from past conversations (dated):") + 1:]:
+        if ln.startswith("["):
+            day = ln
+            continue
+        e = next(shown)
+        assert day == f"[{e.local_at:%Y-%m-%d}]" and ln.startswith(f"- {e.speaker}: ")
+    assert next(shown, None) is None and ctx.tokens == count_tokens(ctx.text)
 
 
 # text that tries every way a tokenizer can merge or drop characters at a join: white space of

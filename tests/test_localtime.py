@@ -58,7 +58,7 @@ def test_a_message_keeps_its_offset_and_evidence_uses_the_local_date(memory, db)
     assert ev["Ana"].notes == ('"yesterday" = Sun 5 May 2024',)
     assert ev["Ana"].local_at == datetime(2024, 5, 6, 0, 30)
     assert ev["Bo"].notes == ('"yesterday" = Sun 5 May 2024',)
-    assert "[2024-05-06] Ana:" in mem.context("violin recital", budget_tokens=500).text
+    assert "[2024-05-06]\n- Ana:" in mem.context("violin recital", budget_tokens=500).text
 
 
 def test_offsets_survive_export_and_import(memory, tmp_path):
