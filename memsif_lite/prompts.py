@@ -276,8 +276,8 @@ def evidence(question: str, lines: Sequence[str]) -> Prompt[list[tuple[str, str,
 
 ANSWER_SYSTEM = (
     "You answer a question about past conversations using only the memory given in the <data> "
-    "blocks (facts, then evidence grouped under the day it was said). Give a short, direct answer; use absolute dates; if the "
-    "memory does not contain the answer, say that you don't know. " + DATA_RULE +
+    "blocks (facts, then evidence grouped under the day it was said). Give a short, direct answer; "
+    "use absolute dates; if the memory does not contain the answer, say that you don't know. " + DATA_RULE +
     ' Schema: {"answer": "..."}'
 )
 
