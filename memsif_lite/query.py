@@ -162,10 +162,15 @@ def _fact_line(f: FactItem) -> str:
     return f"- {f.stmt}{when}"
 
 
+#: what Python's str.splitlines (and so a reader of the context) takes for the end of a line
+_LINE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def _evidence_line(e: EvidenceItem) -> str:
-    """An evidence line without its day: the context groups lines under a line per day."""
+    """An evidence line without its day (the context groups lines under a line per day); a
+    statement's own line breaks are indented, so only day lines and evidence lines start a line."""
     notes = f" (dates: {'; '.join(e.notes)})" if e.notes else ""
-    return f"- {e.speaker}: {e.stmt}{notes}"
+    return f"- {e.speaker}: {_LINE_BREAK.sub(chr(10) + '  ', e.stmt)}{notes}"
 
 
 def _day_line(day: date) -> str:
@@ -175,7 +180,7 @@ def _day_line(day: date) -> str:
 def _evidence_tokens(e: EvidenceItem) -> int:
     """Tokens of the evidence line: its prefix's plus the statement's from ingest, exact when the
     statement joins exactly (tokens.joins_exactly); else the whole line is counted."""
-    if e.stmt_tokens is None or e.notes or not joins_exactly(e.stmt):
+    if e.stmt_tokens is None or e.notes or not joins_exactly(e.stmt) or _LINE_BREAK.search(e.stmt):
         return count_tokens(_evidence_line(e))
     return count_tokens(f"- {e.speaker}:") + e.stmt_tokens
 
