@@ -191,16 +191,17 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[Evide
     evidence is shown chronologically, under a line per day (the speaker's local date): a day costs
     its tokens once, not on every line. Returns the text, its tokens and what it shows.
 
-    Each line is counted exactly, plus one token for its newline: the text never exceeds
-    ``budget``, since lines that start with "-", "[" or a heading never count more joined than
-    alone. When every line also ends in a character that joins exactly, the sum of the line counts
-    is the text's count (tokens.joins_exactly) and the text is not tokenized again."""
+    Each line is counted exactly and a newline costs nothing (the tokenizer takes it for a space
+    between words): the text never exceeds ``budget``, since lines that start with "-", "[" or a
+    heading never count more joined than alone. When every line also ends in a character that
+    joins exactly, the sum of the line counts is the text's count (tokens.joins_exactly) and the
+    text is not tokenized again."""
     head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
     used = 0
     shown_f: list[tuple[FactItem, int]] = []
     for f in facts:
         n = count_tokens(_fact_line(f))
-        c = n + 1 + (count_tokens(head_f) + 1 if not shown_f else 0)
+        c = n + (count_tokens(head_f) if not shown_f else 0)
         if used + c > budget // 8:
             break
         shown_f.append((f, n))
@@ -210,8 +211,7 @@ def _assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[Evide
     for e in evidence:
         n = _evidence_tokens(e)
         day = e.local_at.date()
-        c = (n + 1 + (count_tokens(head_e) + 1 if not shown_e else 0)
-             + (count_tokens(_day_line(day)) + 1 if day not in days else 0))
+        c = n + (count_tokens(head_e) if not shown_e else 0) + (count_tokens(_day_line(day)) if day not in days else 0)
         if used + c > budget:
             if budget - used < 12:
                 break
