@@ -2,7 +2,7 @@
 
     python benchmarks/locomo.py --data ../shared/data/locomo --out a.json                  # defaults
     python benchmarks/locomo.py --data ../shared/data/locomo --out b.json --set query.X=1  # a variant
-    python benchmarks/splits.py a.json b.json [--budget 1000] [--system memsif] [--out splits.json]
+    python benchmarks/splits.py a.json b.json [--budget 1000] [--system memsif] [--out splits.json] [--effects]
 
 Each result file is one variant of the memsif settings (``--set`` of locomo.py; all files must
 cover the same questions). For every split of the conversations into 3 "development" and the
@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--system", default="memsif")
     ap.add_argument("--dev", type=int, default=3, help="conversations to choose on per split")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--effects", action="store_true",
+                    help="also: each file against the first (the defaults), held-out means of the differences")
     args = ap.parse_args()
     runs = [(p, json.loads(Path(p).read_text())) for p in args.results]
     base = next((r for _, r in runs if any(s in FLAT for s in r["systems"])), runs[0][1])
@@ -78,9 +80,34 @@ def main() -> None:
     for name, f in every.items():
         print(f"| all | {Path(name).name} | " + " | ".join(f"{f[k]:.3f}" if f[k] is not None else "–" for k in keys)
               + " |")
+    if args.effects:
+        print_effects(runs, convs, args)
     if args.out:
         Path(args.out).write_text(json.dumps({"budget": args.budget, "splits": splits, "mean_held_out": mean,
                                               "all": every}, indent=2))
+
+
+def print_effects(runs: list, convs: list[str], args) -> None:
+    """Each variant against the first file: the mean over the splits of its held-out figure minus the
+    first file's, and on how many splits its development score beats the first file's."""
+    (_, first), keys = runs[0], ("recall.all", "recall.nce", "coverage.all", "fully_covered.all")
+    print(f"\neffect against {Path(runs[0][0]).name} (mean over the splits of held-out differences, points)")
+    print("| variant | settings | " + " | ".join(keys) + " | dev wins |")
+    print("|---" * (len(keys) + 3) + "|")
+    for p, r in runs[1:]:
+        diffs: dict[str, list[float]] = {k: [] for k in keys}
+        wins = 0
+        for dev in itertools.combinations(convs, args.dev):
+            held = [c for c in convs if c not in dev]
+            f = figures(r, args.system, args.budget, lambda sid, h=held: sid in h)
+            g = figures(first, args.system, args.budget, lambda sid, h=held: sid in h)
+            for k in keys:
+                diffs[k].append(100 * ((f[k] or 0.0) - (g[k] or 0.0)))
+            wins += score(figures(r, args.system, args.budget, lambda sid, d=dev: sid in d)) > score(
+                figures(first, args.system, args.budget, lambda sid, d=dev: sid in d))
+        n = len(diffs[keys[0]])
+        print(f"| {Path(p).name} | {r.get('settings', {})} | "
+              + " | ".join(f"{sum(diffs[k]) / n:+.1f}" for k in keys) + f" | {wins}/{n} |")
 
 
 if __name__ == "__main__":

@@ -96,3 +96,24 @@ def test_answer_coverage_normalises_dates_months_and_stop_words():
     assert coverage("The week of 9 June 2023", words("Jun 9 2023")) == 0.75  # "week" missing
     assert coverage("the", words("anything")) is None  # no content word: not scored
     assert coverage("Pottery and camping", words("she likes pottery")) == 0.5
+
+
+def test_splits_choose_on_development_and_report_effects(tmp_path):
+    """splits.py on hand-made result files: the variant that wins on the development conversations
+    is chosen, and --effects reports the held-out differences against the first file."""
+    convs = ["a", "b", "c", "d", "e"]
+    questions = [[c, "single_hop", i == 0] for c in convs for i in range(2)]
+
+    def result(recall: float, flat: bool) -> dict:
+        rows = [[recall, recall] for _ in questions]
+        systems = {"memsif": {"per_question": {"1000": rows}}}
+        if flat:
+            systems["hybrid_rag"] = {"per_question": {"1000": [[0.5, 0.5] for _ in questions]}}
+        return {"questions": questions, "systems": systems, "settings": {}}
+
+    base, better = tmp_path / "base.json", tmp_path / "better.json"
+    base.write_text(json.dumps(result(0.6, True)))
+    better.write_text(json.dumps(result(0.7, False)))
+    r = _run(str(ROOT / "benchmarks" / "splits.py"), str(base), str(better), "--effects", cwd=tmp_path)
+    assert "| mean held-out | memsif | 0.700 |" in r.stdout and "| mean held-out | hybrid_rag | 0.500 |" in r.stdout
+    assert "| better.json | {} | +10.0 | +10.0 | +10.0 | +0.0 | 10/10 |" in r.stdout
