@@ -104,8 +104,8 @@ def test_splits_choose_on_development_and_report_effects(tmp_path):
     convs = ["a", "b", "c", "d", "e"]
     questions = [[c, "single_hop", i == 0] for c in convs for i in range(2)]
 
-    def result(recall: float, flat: bool) -> dict:
-        rows = [[recall, recall] for _ in questions]
+    def result(recall: float, flat: bool, only: str | None = None) -> dict:
+        rows = [[recall if only in (None, q[0]) else 0.6] * 2 for q in questions]
         systems = {"memsif": {"per_question": {"1000": rows}}}
         if flat:
             systems["hybrid_rag"] = {"per_question": {"1000": [[0.5, 0.5] for _ in questions]}}
@@ -117,3 +117,9 @@ def test_splits_choose_on_development_and_report_effects(tmp_path):
     r = _run(str(ROOT / "benchmarks" / "splits.py"), str(base), str(better), "--effects", cwd=tmp_path)
     assert "| mean held-out | memsif | 0.700 |" in r.stdout and "| mean held-out | hybrid_rag | 0.500 |" in r.stdout
     assert "| better.json | {} | +10.0 | +10.0 | +10.0 | +0.0 | 10/10 |" in r.stdout
+    # better on conversation "a" only: "a" is held out in 4 of the 10 splits (+5 points there, half of
+    # the held-out questions) and on the development side of the other 6
+    only_a = tmp_path / "only_a.json"
+    only_a.write_text(json.dumps(result(0.7, False, only="a")))
+    r = _run(str(ROOT / "benchmarks" / "splits.py"), str(base), str(only_a), "--effects", cwd=tmp_path)
+    assert "| only_a.json | {} | +2.0 | +2.0 | +2.0 | +0.0 | 6/10 |" in r.stdout
