@@ -16,7 +16,6 @@ Offline rules (no LLM, or the LLM failed):
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from .fulltext import index_text
 from .llm import LLM
 from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, local_time, relative_notes, to_stored
-from .tokens import CACHED_CHARS, count_tokens, joins_exactly
+from .tokens import cached_for_short_texts, count_tokens, joins_exactly
 
 __all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
 
@@ -131,10 +130,10 @@ def _query_words(question: str) -> set[str]:
     return {w.strip('"') for w in q.split(" OR ")}
 
 
-def _trim(text: str, qwords: set[str], max_tokens: int | None = None, tokens: int | None = None) -> str:
-    """The message, or its most relevant sentences (in order) when it is long (``tokens``: its
-    count from ingest, when known; ``max_tokens``: MAX_EVIDENCE_TOKENS, read when called)."""
-    max_tokens = MAX_EVIDENCE_TOKENS if max_tokens is None else max_tokens
+def _trim(text: str, qwords: set[str], tokens: int | None = None) -> str:
+    """The message, or its most relevant sentences (in order) when it is longer than
+    MAX_EVIDENCE_TOKENS, read when called (``tokens``: its count from ingest, when known)."""
+    max_tokens = MAX_EVIDENCE_TOKENS
     if (tokens if tokens is not None else count_tokens(text)) <= max_tokens:
         return text
     sents = [s for s in _SENT.split(text) if s.strip()]
@@ -270,13 +269,13 @@ def low_information(text: str, min_words: int) -> bool:
     return not has_content_words(" ".join(w for w in text.split() if not w[:1].isupper()), min_words)
 
 
-@functools.lru_cache(maxsize=4096)
-def _low_information_short(text: str, min_words: int) -> bool:
+@cached_for_short_texts(4096)
+def _is_low_information(text: str, min_words: int) -> bool:
     return low_information(text, min_words)  # depends on answers.STOP_WORDS too: a constant
 
 
-@functools.lru_cache(maxsize=4096)
-def _notes_short(stmt: str, said_at: datetime) -> tuple[str, ...]:
+@cached_for_short_texts(4096)
+def _notes(stmt: str, said_at: datetime) -> tuple[str, ...]:
     return tuple(relative_notes(stmt, said_at))
 
 
@@ -287,15 +286,13 @@ def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords
     messages (the same messages recur across questions and budgets)."""
     for i, mid in enumerate(ranked[:limit]):
         r = rows[mid]
-        short = len(r.text) <= CACHED_CHARS
-        if i > 0 and (_low_information_short if short else low_information)(r.text, LOW_INFO_WORDS):
+        if i > 0 and _is_low_information(r.text, LOW_INFO_WORDS):
             continue
         at = from_stored(r.at)
         stmt = _trim(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
-        local = local_time(at, r.utc_offset_min)
-        notes = _notes_short(stmt, local) if len(stmt) <= CACHED_CHARS else tuple(relative_notes(stmt, local))
         yield EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
-                           notes, r.utc_offset_min, r.tokens if stmt == r.text else None)
+                           _notes(stmt, local_time(at, r.utc_offset_min)), r.utc_offset_min,
+                           r.tokens if stmt == r.text else None)
 
 
 class _Laps:

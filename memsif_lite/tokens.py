@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-__all__ = ["count_tokens", "count_tokens_many", "joins_exactly", "CACHED_CHARS"]
+__all__ = ["count_tokens", "count_tokens_many", "joins_exactly", "cached_for_short_texts", "CACHED_CHARS"]
 
 _UNK = 3
 #: characters the tokenizer's normalizer turns into a space although Python does not call them
@@ -35,19 +35,30 @@ def _count(enc: Any) -> int:
 #: process; longer ones every time, so the cache never holds whole long messages
 CACHED_CHARS = 1000
 
+T = TypeVar("T")
 
-@functools.lru_cache(maxsize=65536)
-def _count_short(text: str) -> int:
+
+def cached_for_short_texts(maxsize: int) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Cache ``fn(text, *args)`` per process for texts up to :data:`CACHED_CHARS` long; a longer
+    text is computed every time (the cache never holds whole long messages)."""
+    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+        cached = functools.lru_cache(maxsize=maxsize)(fn)
+
+        @functools.wraps(fn)
+        def call(text: str, *args: Any) -> T:
+            return cached(text, *args) if len(text) <= CACHED_CHARS else fn(text, *args)
+        return call
+    return wrap
+
+
+@cached_for_short_texts(65536)
+def _count_text(text: str) -> int:
     return _count(_tokenizer().encode(text, add_special_tokens=False))
 
 
 def count_tokens(text: str) -> int:
     """Tokens in ``text`` (without special tokens)."""
-    if not text:
-        return 0
-    if len(text) <= CACHED_CHARS:
-        return _count_short(text)
-    return _count(_tokenizer().encode(text, add_special_tokens=False))
+    return _count_text(text) if text else 0
 
 
 def count_tokens_many(texts: list[str]) -> list[int]:

@@ -182,17 +182,16 @@ class Structure(Table):
     def units_by_best_member(self, ranked: list[int]) -> dict[str, list[int]]:
         """Per level, the segments (trajectories) holding any of the ``ranked`` message ids, in
         the order of their best-ranked member (one query)."""
-        first: dict[str, dict[int, int]] = {"segment": {}, "trajectory": {}}
-        seg, traj = first["segment"], first["trajectory"]
+        seg: dict[int, int] = {}   # unit id -> rank of its best member
+        traj: dict[int, int] = {}
         for pos, sid, tid in self.con.execute(
                 "SELECT j.key, u.segment_id, s.trajectory_id FROM json_each(?) j "
                 "JOIN message_units u ON u.message_id=j.value JOIN segments s ON s.id=u.segment_id",
                 (json.dumps(ranked),)):
-            if pos < seg.get(sid, pos + 1):
-                seg[sid] = pos
-            if tid is not None and pos < traj.get(tid, pos + 1):
-                traj[tid] = pos
-        return {level: sorted(units, key=units.__getitem__) for level, units in first.items()}
+            seg[sid] = min(pos, seg.get(sid, pos))
+            if tid is not None:
+                traj[tid] = min(pos, traj.get(tid, pos))
+        return {"segment": sorted(seg, key=seg.__getitem__), "trajectory": sorted(traj, key=traj.__getitem__)}
 
     def members(self, level: str, uids: list[int]) -> dict[int, list[int]]:
         """unit id -> its message ids in order, for the given units (one query)."""
