@@ -20,10 +20,11 @@ import numpy as np
 
 from .. import store
 from ..errors import InvalidInputError, MemoryFileError
-from ..fulltext import has_cjk, index_text
+from ..fulltext import has_cjk
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
+from .messages import index_fulltext, unindex_fulltext
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
 
@@ -142,8 +143,7 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
         counts[table] = counts.get(table, 0) + 1
     con.execute("INSERT INTO message_fts(message_fts) VALUES('delete-all')")
     for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
-        con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
-                    (mid, index_text(speaker), index_text(text)))
+        index_fulltext(con, mid, speaker, text)
     for mid, text in con.execute("SELECT id, text FROM messages WHERE tokens IS NULL").fetchall():
         con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(text), mid))
     con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='vector_epoch'")
@@ -173,8 +173,7 @@ def _check_fulltext(con: Any) -> None:
     try:
         for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
             if has_cjk(speaker) or has_cjk(text):
-                con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
-                            (mid, index_text(speaker), index_text(text)))
+                unindex_fulltext(con, mid, speaker, text)
                 con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
         con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
     finally:

@@ -9,10 +9,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..fulltext import index_text
 from ..int8 import dequantize, quantize
 from ..tokens import count_tokens
 from .base import Table
+from .messages import index_fulltext
 
 __all__ = ["Tombstones", "MergeRows", "FullMessage", "tombstone_hash"]
 
@@ -185,8 +185,7 @@ class MergeRows(Table):
         code = quantize(np.frombuffer(vector, dtype=np.float32))
         self.con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(m.text), mid))
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
-        self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
-                         (mid, index_text(m.speaker), index_text(m.text)))
+        index_fulltext(self.con, mid, m.speaker, m.text)
 
     def move_evidence(self, old: int, new: int) -> None:
         """ActiveFact evidence follows a message to its new id."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -15,9 +15,23 @@ from .base import Table
 from .rows import MessageRow, from_i8
 from .vector_cache import VectorCache
 
-__all__ = ["Messages"]
+__all__ = ["Messages", "index_fulltext", "unindex_fulltext"]
 
 _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
+
+
+def index_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
+    """A message's full-text entry, its speaker and text as :func:`~memsif_lite.fulltext.index_text`
+    rewrites them (add, merge and import write through here; migration 8 in store.py, below this
+    layer, rewrites old files' entries the same way)."""
+    con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
+                (mid, index_text(speaker), index_text(text)))
+
+
+def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
+    """Remove what :func:`index_fulltext` indexed for this message (FTS5 needs the same values)."""
+    con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
+                (mid, index_text(speaker), index_text(text)))
 
 
 def _row(r: tuple) -> MessageRow:
@@ -46,8 +60,7 @@ class Messages(Table):
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
         self.cache.stage_add(mid, code)
-        self.con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
-                         (mid, index_text(speaker), index_text(text)))
+        index_fulltext(self.con, mid, speaker, text)
         return mid
 
     def vector_by_hash(self, content_hash: bytes) -> np.ndarray | None:
@@ -103,8 +116,7 @@ class Messages(Table):
     def delete(self, mid: int) -> None:
         """The row, its vector and its full-text entry (provenance rows must be gone first)."""
         row = self.con.execute("SELECT speaker, text FROM messages WHERE id=?", (mid,)).fetchone()
-        self.con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
-                         (mid, index_text(row[0]), index_text(row[1])))
+        unindex_fulltext(self.con, mid, row[0], row[1])
         self.con.execute("DELETE FROM message_vec WHERE rowid=?", (mid,))
         self.con.execute("DELETE FROM messages WHERE id=?", (mid,))
         self.bump_epoch()
