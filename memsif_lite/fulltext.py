@@ -15,7 +15,9 @@ written, and every write to ``message_fts`` (insert, delete, rebuild) goes throu
 
 from __future__ import annotations
 
+import json
 import re
+from importlib.resources import files
 
 __all__ = ["index_text", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_function_words", "CJK_CHAR",
            "QUERY_STOP_WORDS"]
@@ -48,11 +50,12 @@ def index_text(text: str) -> str:
 #: function and question words of the languages besides English whose words are separated by
 #: spaces, dropped from BM25 queries as the English stop words are (``entities.STOP_WORDS``): in a
 #: question such as "¿Dónde viven mis padres?" they match most messages and drown the words that
-#: matter. A language's words are dropped only when the question has at least two of them (it is
-#: then written in that language), and words that are also English words or names (son, war, bin,
-#: hat, mit, comment, mia, han, uno, dal, les, los…) are not listed: an English question keeps
-#: every word it had (the BM25 query of every LoCoMo development question is unchanged).
-QUERY_STOP_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for lang, words in {
+#: matter. Each language's set is the question words below (written for this module) and the
+#: language's list in ``data/query_stop_words.json`` (a published stop-word list; its source and
+#: licence are in that file), so a Spanish question loses as many of its function words as an
+#: English one does. Many of these words are also English words or names (son, mit, comment, mia,
+#: los…): :func:`foreign_function_words` drops them only from a question written in that language.
+_QUESTION_WORDS: dict[str, str] = {
     "es": """un una unos unas y o pero que qué de en por para sobre mis tus yo tú él ella nosotros vosotros
              ellos ellas me se nos le es está están estoy fue estar tengo tiene tienen he ha cómo como cuál
              cuáles cuándo cuando dónde donde quién quiénes cuánto cuántos muy más ya también este esta
@@ -77,17 +80,29 @@ QUERY_STOP_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) fo
              ещё тоже же ли""",
     "ar": """في من على إلى عن مع هل ما ماذا متى أين كيف لماذا كم أي هو هي أنا أنت أنتم نحن هم هذا هذه ذلك
              تلك التي الذي كان كانت لا لم لن قد و أو ثم لي لك""",
-}.items()}
+}
 
 
-def foreign_function_words(words: list[str]) -> set[str]:
-    """The words (lower case) that are function words of a language other than English of which the
-    question holds at least two."""
-    out: set[str] = set()
+def _stop_words() -> dict[str, frozenset[str]]:
+    listed = json.loads(files("memsif_lite.data").joinpath("query_stop_words.json").read_text(encoding="utf-8"))
+    langs = listed["languages"]
+    return {lang: frozenset(_QUESTION_WORDS.get(lang, "").split()) | frozenset(langs.get(lang, []))
+            for lang in sorted({*_QUESTION_WORDS, *langs})}
+
+
+QUERY_STOP_WORDS: dict[str, frozenset[str]] = _stop_words()
+
+
+def foreign_function_words(words: list[str], english_hits: int) -> frozenset[str]:
+    """The function words of every language other than English in which a question made of
+    ``words`` (lower case) is written: it holds at least two of that language's and more of them
+    than of English stop words (``english_hits``), so "Did I leave a comment on the paper?" stays
+    English (keeps "comment" and "on") and "¿A qué soy alérgica?" is Spanish."""
+    out: frozenset[str] = frozenset()
     for stop in QUERY_STOP_WORDS.values():
         hits = {w for w in words if w in stop}
-        if len(hits) >= 2:
-            out |= hits
+        if len(hits) >= 2 and len(hits) > english_hits:
+            out |= stop
     return out
 
 

@@ -50,13 +50,36 @@ def test_query_words_keep_cjk_characters_and_drop_other_languages_function_words
     terms = ["你住在哪里", "你住", "住在", "在哪", "哪里", "你", "住", "在", "哪", "里"]
     assert fts_query("你住在哪里？") == " OR ".join(f'"{w}"' for w in terms)
     assert fts_query("Wo wohnt meine Schwester?") == '"wohnt" OR "schwester"'
-    assert fts_query("¿Dónde viven mis padres ahora?") == '"viven" OR "padres" OR "ahora"'
-    # English as before: a word that is also a foreign function word stays (one is not a language)
+    assert fts_query("¿Dónde viven mis padres ahora?") == '"viven" OR "padres"'
+    assert fts_query("¿A qué soy alérgica?") == '"alérgica"'  # "a" and "soy" are Spanish here
+    assert fts_query("Qual é o nome do meu cão?") == '"cão"'  # the list has "nome", as English has "called"
+    # English as before: words that are also foreign function words stay unless the question holds
+    # more of that language's than of English stop words
     assert fts_query("What is Caroline's job?") == '"caroline" OR "job"'
+    assert fts_query("Did my son go to Los Angeles?") == '"son" OR "los" OR "angeles"'
+    assert fts_query("Caroline's son?") == '"caroline" OR "son"'
     assert fts_query("Who studied at MIT?") == '"studied" OR "mit"'
     assert fts_query("Where did Mia go?") == '"mia"'
     assert fts_query("Did I leave a comment on the AI paper?") == '"leave" OR "comment" OR "ai" OR "paper"'
     assert fts_query("我在Google工作") == '"google" OR "我在" OR "工作" OR "我" OR "在" OR "工" OR "作"'
+
+
+def test_function_words_of_every_language_match_as_few_messages_as_english_ones(tmp_path, fake_embedder):
+    """BM25 over the fixture with the dense side left out: a question's words match about as many
+    of the 50 messages in Spanish, Portuguese, French, German, Russian and Arabic as in English
+    (1.3 a question). With only English stop words dropped, "qué", "mi", "los", "semana"… matched
+    10–15 a question in the Latin-script languages, and in a fused ranking those matches pushed the
+    right message out of the top 5 (Spanish recall@5 0.60 against dense alone 0.775)."""
+    langs = json.loads((FIXTURES / "multilingual.json").read_text(encoding="utf-8"))["languages"]
+    matched = {}
+    for code in ("en", "es", "pt", "fr", "de", "ru", "ar"):
+        lang = langs[code]
+        with Memory(tmp_path / f"{code}.db", embedder=fake_embedder) as mem:
+            mem.add_many([{"speaker": "me", "text": t} for t in lang["memories"] + lang["distractors"]])
+            retr = mem._p.retriever
+            matched[code] = sum(len(retr.bm25(q, 50)) for q in lang["questions"]) / len(lang["questions"])
+    assert matched["en"] < 2, matched
+    assert max(matched.values()) < 3, matched
 
 
 def test_bm25_finds_a_word_inside_a_run_of_characters(tmp_path, fake_embedder):
@@ -151,9 +174,10 @@ def test_chinese_questions_find_their_memories(tmp_path):
 
 def test_every_fixture_language_beats_chance_by_far(tmp_path):
     """The fixture's facts, per language through Memory.search: recall@5 far above chance (5 of 50
-    messages) and no language more than 40 points under English: a guard against a collapse such as
-    the pruned vocabulary's (Chinese 0.375, 55 points under; here 0.65–0.925 on this machine, so a
-    few questions' margin for other CPUs' arithmetic); benchmarks/multilingual.py reports the figures."""
+    messages) and no language more than 30 points under English: a guard against a collapse such as
+    the pruned vocabulary's (Chinese 0.375, 55 points under) or function words flooding BM25 (Spanish
+    0.60 before other languages' stop words were dropped); here 0.70–0.925 on this machine, so a few
+    questions' margin for other CPUs' arithmetic; benchmarks/multilingual.py reports the figures."""
     langs = json.loads((FIXTURES / "multilingual.json").read_text(encoding="utf-8"))["languages"]
     emb = resolve_embedder(MULTILINGUAL_MODEL)
     recall = {}
@@ -163,8 +187,8 @@ def test_every_fixture_language_beats_chance_by_far(tmp_path):
             ids = [m.id for m in mem.messages()]
             hits = [ids[i] in {h.id for h in mem.search(q, k=5)} for i, q in enumerate(lang["questions"])]
         recall[code] = sum(hits) / len(hits)
-    assert min(recall.values()) >= 0.5, recall
-    assert all(recall["en"] - r <= 0.4 for r in recall.values()), recall
+    assert min(recall.values()) >= 0.6, recall
+    assert all(recall["en"] - r <= 0.3 for r in recall.values()), recall
 
 
 def test_offline_facts_fail_safe_on_other_languages(tmp_path):
