@@ -28,6 +28,7 @@ __all__ = ["index_text", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_f
 CJK_CHAR = ("[\u1100-\u11ff\u2e80-\u2fdf\u3005-\u3007\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
             "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]")
 _RUN = re.compile(CJK_CHAR + "+")
+_LATIN = re.compile("[a-zß-ɏ]")
 
 
 def has_cjk(text: str) -> bool:
@@ -91,19 +92,40 @@ def _stop_words() -> dict[str, frozenset[str]]:
 
 
 QUERY_STOP_WORDS: dict[str, frozenset[str]] = _stop_words()
+_QUESTION_SETS = {lang: frozenset(words.split()) for lang, words in _QUESTION_WORDS.items()}
 
 
-def foreign_function_words(words: list[str], english_hits: int) -> frozenset[str]:
-    """The function words of every language other than English in which a question made of
-    ``words`` (lower case) is written: it holds at least two of that language's and more of them
-    than of English stop words (``english_hits``), so "Did I leave a comment on the paper?" stays
-    English (keeps "comment" and "on") and "¿A qué soy alérgica?" is Spanish."""
-    out: frozenset[str] = frozenset()
-    for stop in QUERY_STOP_WORDS.values():
-        hits = {w for w in words if w in stop}
-        if len(hits) >= 2 and len(hits) > english_hits:
-            out |= stop
-    return out
+def foreign_function_words(words: list[str], english: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The function words to leave out of a question made of ``words`` (as written, one per word,
+    apostrophes kept inside: "Caroline's") when it is written in a language other than English, or
+    nothing. Evidence for a language is its listed words in the question that are not English stop
+    words (``english``) and not names (a capitalised word after the first: Mia, Solo, Sara…); the
+    question is in that language when it holds at least two of them (one, if not written in Latin
+    letters: it cannot be an English word) and more listed words than English stop words. The best
+    supported language wins (more listed words, then more of its question words above; still tied:
+    only the words their lists share), so "mes" stays in a Spanish
+    question and Spanish "son" does not stop "Son or daughter?" from being English. Names are never
+    left out."""
+    lower = [w.lower() for w in words]
+    names = {w.lower() for w in words[1:] if w[:1].isupper()}
+    english_hits = len({w for w in lower if w in english})
+    best: list[frozenset[str]] = []
+    best_score = (0, 0)
+    for lang, stop in QUERY_STOP_WORDS.items():
+        hits = {w for w in lower if w in stop and w not in names}
+        evidence = hits - english
+        if len(hits) <= english_hits or not evidence:
+            continue
+        if len(evidence) == 1 and _LATIN.search(next(iter(evidence))):
+            continue
+        score = (len(hits), len(hits & _QUESTION_SETS.get(lang, frozenset())))
+        if score > best_score:
+            best, best_score = [stop], score
+        elif score == best_score:
+            best.append(stop)
+    if not best:
+        return frozenset()
+    return frozenset.intersection(*best) - names
 
 
 def cjk_query_terms(text: str) -> list[str]:

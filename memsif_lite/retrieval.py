@@ -24,7 +24,8 @@ SPEAKER_WEIGHT = 0.3
 #: still change the top units (top_units), which gives the same result as looking up all
 UNIT_PREFIX = 60
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-_SPOKEN_WORD = re.compile(r"\w+(?:['’]\w+)*")
+_SPOKEN_WORD = re.compile(r"\w+(?:'\w+)*")  # "Caroline's" one word, so its "s" is no French word
+_APOSTROPHES = re.compile("[’‘´`ʼ]")
 
 
 def fts_query(text: str) -> str | None:
@@ -35,8 +36,7 @@ def fts_query(text: str) -> str | None:
     the English stop words, then every word."""
     words = [w.lower() for w in _TOKEN.findall(without_cjk(text))]
     content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]
-    spoken = [w.lower() for w in _SPOKEN_WORD.findall(without_cjk(text))]  # "caroline's" one word here
-    foreign = foreign_function_words(spoken, english_hits=len({w for w in spoken if w in STOP_WORDS}))
+    foreign = foreign_function_words(_SPOKEN_WORD.findall(_APOSTROPHES.sub("'", without_cjk(text))), STOP_WORDS)
     terms = [w for w in content if w not in foreign] + cjk_query_terms(text)
     terms = list(dict.fromkeys(terms or content or words))[:64]
     if not terms:
