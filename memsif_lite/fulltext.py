@@ -19,6 +19,8 @@ import json
 import re
 from importlib.resources import files
 
+from .entities import STOP_WORDS
+
 __all__ = ["index_text", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_function_words", "CJK_CHAR",
            "QUERY_STOP_WORDS"]
 
@@ -29,6 +31,8 @@ CJK_CHAR = ("[\u1100-\u11ff\u2e80-\u2fdf\u3005-\u3007\u3040-\u30ff\u3100-\u31ff\
             "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]")
 _RUN = re.compile(CJK_CHAR + "+")
 _LATIN = re.compile("[a-zß-ɏ]")
+_SPOKEN_WORD = re.compile(r"\w+(?:'\w+)*")  # "Caroline's" one word, so its "s" is no French word
+_APOSTROPHES = re.compile("[’‘´`ʼ]")
 
 
 def has_cjk(text: str) -> bool:
@@ -84,36 +88,39 @@ _QUESTION_WORDS: dict[str, str] = {
 }
 
 
-def _stop_words() -> dict[str, frozenset[str]]:
-    listed = json.loads(files("memsif_lite.data").joinpath("query_stop_words.json").read_text(encoding="utf-8"))
-    langs = listed["languages"]
-    return {lang: frozenset(_QUESTION_WORDS.get(lang, "").split()) | frozenset(langs.get(lang, []))
-            for lang in sorted({*_QUESTION_WORDS, *langs})}
-
-
-QUERY_STOP_WORDS: dict[str, frozenset[str]] = _stop_words()
 _QUESTION_SETS = {lang: frozenset(words.split()) for lang, words in _QUESTION_WORDS.items()}
 
 
-def foreign_function_words(words: list[str], english: frozenset[str] = frozenset()) -> frozenset[str]:
-    """The function words to leave out of a question made of ``words`` (as written, one per word,
-    apostrophes kept inside: "Caroline's") when it is written in a language other than English, or
-    nothing. Evidence for a language is its listed words in the question that are not English stop
-    words (``english``) and not names (a capitalised word after the first: Mia, Solo, Sara…); the
-    question is in that language when it holds at least two of them (one, if not written in Latin
-    letters: it cannot be an English word) and more listed words than English stop words. The best
-    supported language wins (more listed words, then more of its question words above; still tied:
-    only the words their lists share), so "mes" stays in a Spanish
-    question and Spanish "son" does not stop "Son or daughter?" from being English. Names are never
-    left out."""
+def _stop_words() -> dict[str, frozenset[str]]:
+    listed = json.loads(files("memsif_lite.data").joinpath("query_stop_words.json").read_text(encoding="utf-8"))
+    langs = listed["languages"]
+    return {lang: _QUESTION_SETS.get(lang, frozenset()) | frozenset(langs.get(lang, []))
+            for lang in sorted({*_QUESTION_SETS, *langs})}
+
+
+QUERY_STOP_WORDS: dict[str, frozenset[str]] = _stop_words()
+
+
+def foreign_function_words(text: str) -> frozenset[str]:
+    """The function words to leave out of a question (``text``, without its CJK runs) when it is
+    written in a language other than English, or nothing. Its words are taken as written, any
+    apostrophe kept inside ("Caroline's"). Evidence for a language is its listed words in the
+    question that are not English stop words (``entities.STOP_WORDS``) and not names (a capitalised
+    word after the first: Mia, Solo, Sara…); the question is in that language when it holds at
+    least two of them (one, if not written in Latin letters: it cannot be an English word) and more
+    listed words than English stop words. The best supported language wins (more listed words, then
+    more of its question words above; still tied: only the words their lists share), so "mes" stays
+    in a Spanish question and Spanish "son" does not stop "Son or daughter?" from being English.
+    Names are never left out."""
+    words = _SPOKEN_WORD.findall(_APOSTROPHES.sub("'", text))
     lower = [w.lower() for w in words]
     names = {w.lower() for w in words[1:] if w[:1].isupper()}
-    english_hits = len({w for w in lower if w in english})
+    english_hits = len({w for w in lower if w in STOP_WORDS})
     best: list[frozenset[str]] = []
     best_score = (0, 0)
     for lang, stop in QUERY_STOP_WORDS.items():
         hits = {w for w in lower if w in stop and w not in names}
-        evidence = hits - english
+        evidence = hits - STOP_WORDS
         if len(hits) <= english_hits or not evidence:
             continue
         if len(evidence) == 1 and _LATIN.search(next(iter(evidence))):

@@ -24,8 +24,6 @@ SPEAKER_WEIGHT = 0.3
 #: still change the top units (top_units), which gives the same result as looking up all
 UNIT_PREFIX = 60
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-_SPOKEN_WORD = re.compile(r"\w+(?:'\w+)*")  # "Caroline's" one word, so its "s" is no French word
-_APOSTROPHES = re.compile("[’‘´`ʼ]")
 
 
 def fts_query(text: str) -> str | None:
@@ -34,9 +32,10 @@ def fts_query(text: str) -> str | None:
     function words of another language the question is written in (:mod:`memsif_lite.fulltext`);
     CJK runs as the index holds them (characters and pairs). If nothing is left, the words without
     the English stop words, then every word."""
-    words = [w.lower() for w in _TOKEN.findall(without_cjk(text))]
+    plain = without_cjk(text)
+    words = [w.lower() for w in _TOKEN.findall(plain)]
     content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]
-    foreign = foreign_function_words(_SPOKEN_WORD.findall(_APOSTROPHES.sub("'", without_cjk(text))), STOP_WORDS)
+    foreign = foreign_function_words(plain)
     terms = [w for w in content if w not in foreign] + cjk_query_terms(text)
     terms = list(dict.fromkeys(terms or content or words))[:64]
     if not terms:
