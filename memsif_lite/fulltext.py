@@ -9,6 +9,10 @@ its characters and its overlapping character pairs, each a token: ``北京很近
 for one-character words, by the character. Other text is returned unchanged, so English (and every
 script that separates words with spaces) is indexed exactly as before.
 
+Both sides are first composed (Unicode NFC, schema 9): text in decomposed form (``e`` + a combining
+accent, Hangul as separate jamo, as some systems and keyboards write it) would otherwise split a
+word at each accent ("Zürich" → "zu" + "rich") and never match the composed form of the same word.
+
 The rewrite is what the index holds, not what the file stores: ``messages.text`` keeps the text as
 written, and every write to ``message_fts`` (insert, delete, rebuild) goes through this function.
 """
@@ -17,11 +21,12 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from importlib.resources import files
 
 from .entities import STOP_WORDS
 
-__all__ = ["index_text", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_function_words", "CJK_CHAR",
+__all__ = ["index_text", "cjk_grams", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_function_words", "CJK_CHAR",
            "QUERY_STOP_WORDS"]
 
 #: one character of a script written without spaces between words (CJK ideographs with their
@@ -45,11 +50,18 @@ def _grams(m: re.Match[str]) -> str:
     return " " + " ".join([*run, *pairs]) + " "
 
 
-def index_text(text: str) -> str:
-    """``text`` as the full-text index holds it (unchanged unless it has CJK characters)."""
+def cjk_grams(text: str) -> str:
+    """Every run of CJK characters as its characters and overlapping pairs (other text unchanged):
+    what the index held of a text from schema 8, before texts were composed."""
     if _RUN.search(text) is None:
         return text
     return _RUN.sub(_grams, text)
+
+
+def index_text(text: str) -> str:
+    """``text`` as the full-text index holds it: composed (NFC), then :func:`cjk_grams` (unchanged
+    unless it has CJK characters or is written decomposed)."""
+    return cjk_grams(unicodedata.normalize("NFC", text))
 
 
 #: function and question words of the languages besides English whose words are separated by

@@ -4,6 +4,7 @@ at the level of messages, Topical Segments or Event Trajectories."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable
 
 import numpy as np
@@ -31,7 +32,8 @@ def fts_query(text: str) -> str | None:
     of a possessive matches a large share of all messages and costs the most) dropped, and the
     function words of another language the question is written in (:mod:`memsif_lite.fulltext`);
     CJK runs as the index holds them (characters and pairs). If nothing is left, the words without
-    the English stop words, then every word."""
+    the English stop words, then every word. Composed (NFC) first, as the index is."""
+    text = unicodedata.normalize("NFC", text)
     plain = without_cjk(text)
     words = [w.lower() for w in _TOKEN.findall(plain)]
     content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import time
+import unicodedata
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -167,23 +168,37 @@ def _fulltext_scripts(con: apsw.Connection, dim: int) -> None:
     :func:`memsif_lite.fulltext.index_text` rewrites them (their entries so far hold the text as
     written), and messages with non-ASCII text are counted again (a run of characters the counting
     vocabulary does not know now counts one token per character, not one)."""
-    from .fulltext import has_cjk, index_text
+    from .fulltext import cjk_grams, has_cjk
     from .tokens import count_tokens
 
     for mid, speaker, text in _sql(con, "SELECT id, speaker, text FROM messages").fetchall():
         if not text.isascii():
             n = count_tokens(text)
             _sql(con, "UPDATE messages SET tokens=? WHERE id=? AND tokens IS NOT ?", (n, mid, n))
-        if has_cjk(speaker) or has_cjk(text):
-            _sql(con, "INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
-                 (mid, speaker, text))
-            _sql(con, "INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
-                 (mid, index_text(speaker), index_text(text)))
+        if has_cjk(speaker) or has_cjk(text):  # schema 8's rewrite: migration 9 composes after it
+            _reindex(con, mid, (speaker, text), (cjk_grams(speaker), cjk_grams(text)))
+
+
+def _fulltext_nfc(con: apsw.Connection, dim: int) -> None:
+    """Data step of migration 9: messages written in decomposed Unicode (not NFC) are indexed again,
+    composed (:func:`memsif_lite.fulltext.index_text`); their entries so far hold schema 8's rewrite
+    of the text as written. ``messages.text`` keeps what was written."""
+    from .fulltext import cjk_grams, index_text
+
+    for mid, speaker, text in _sql(con, "SELECT id, speaker, text FROM messages").fetchall():
+        if not (unicodedata.is_normalized("NFC", speaker) and unicodedata.is_normalized("NFC", text)):
+            _reindex(con, mid, (cjk_grams(speaker), cjk_grams(text)), (index_text(speaker), index_text(text)))
+
+
+def _reindex(con: apsw.Connection, mid: int, old: tuple[str, str], new: tuple[str, str]) -> None:
+    """Replace a message's full-text entry (FTS5's delete needs the values it was indexed with)."""
+    _sql(con, "INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)", (mid, *old))
+    _sql(con, "INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, *new))
 
 
 #: migrations whose data change needs Python after their SQL (run in the same transaction,
 #: also when the expected schema is built, so the schema check sees their DDL too)
-DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts}
+DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts, 9: _fulltext_nfc}
 
 
 def inspect(path: str | Path) -> FileInfo | None:

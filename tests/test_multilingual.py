@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+import unicodedata
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +18,7 @@ from fakes import raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsif_lite import Config, Memory
+from memsif_lite import Config, Memory, store
 from memsif_lite.embed import (EXACT_MODEL, MULTILINGUAL_MODEL, OnnxEmbedder, bundled_models, bundled_tokenizer,
                                resolve_embedder)
 from memsif_lite.errors import EmbeddingError
@@ -39,7 +40,27 @@ spaced_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60).
 # -- what the full-text index sees ------------------------------------------------------------------
 @given(spaced_text)
 def test_text_without_cjk_is_indexed_as_written(text):
-    assert index_text(text) == text
+    assert index_text(text) == unicodedata.normalize("NFC", text)  # composed: the same text for NFC input
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))
+def test_a_text_is_indexed_and_queried_the_same_composed_or_decomposed(text):
+    nfc, nfd = unicodedata.normalize("NFC", text), unicodedata.normalize("NFD", text)
+    assert index_text(nfd) == index_text(nfc) == index_text(text)
+    assert fts_query(nfd) == fts_query(nfc)
+
+
+def test_decomposed_text_and_questions_find_each_other(tmp_path, fake_embedder):
+    """Some systems and keyboards write accents and Hangul decomposed (NFD): "Zürich" as "Zu" + a
+    combining diaeresis + "rich". Index and query are composed, so either form finds the other."""
+    texts = ["서울에서 태어나서 부산에서 자랐어요.", "J'ai mangé une crème brûlée à Zürich.", "Tôi sống ở Hà Nội."]
+    questions = ["서울", "Zürich", "Hà Nội"]
+    for stored, asked in (("NFD", "NFC"), ("NFC", "NFD")):
+        with Memory(tmp_path / f"{stored}.db", embedder=fake_embedder) as mem:
+            ids = [mem.add("me", unicodedata.normalize(stored, t)) for t in texts]
+            retr = mem._p.retriever
+            assert [retr.bm25(unicodedata.normalize(asked, q), 3) for q in questions] == [[i] for i in ids]
+            assert mem.check() == []
 
 
 @given(st.lists(st.one_of(cjk_text, st.sampled_from(["Porto", " ", "2024", "，", "!"])), max_size=6))
@@ -349,7 +370,7 @@ def test_a_file_of_the_previous_release_opens_searches_and_merges(tmp_path):
             assert np.abs(old - new.astype(int)).max() <= 1, text
         assert retr.bm25("故宫", 5) == chinese[:1]
     with raw(path) as con:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == 8
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version()
     other = tmp_path / "other.db"
     with Memory(other, config=Config(embedding_model=ENPT)) as mem:
         mem.add("Sam", "The Iceland trip moved to April.")
@@ -364,3 +385,31 @@ def test_a_file_of_the_previous_release_opens_searches_and_merges(tmp_path):
         peanuts = next(m.id for m in mem.messages() if m.text == "我对花生过敏。")
         retr = mem._p.retriever
         assert retr.dense(retr.embed_query("你对什么过敏？"), 1) == [peanuts]
+
+
+def test_a_file_with_decomposed_text_is_indexed_again_composed(tmp_path):
+    """tests/fixtures/release_v8.db.gz was written by the release before schema 9 (make_release_v8.py):
+    its decomposed messages were indexed as written, so a composed question missed them. Opened for
+    writing, migration 9 indexes them again, composed; their text stays as written."""
+    path = tmp_path / "v8.db"
+    path.write_bytes(gzip.decompress((FIXTURES / "release_v8.db.gz").read_bytes()))
+    with Memory(path, read_only=True) as mem:  # not migrated: the composed question misses
+        assert mem._p.retriever.bm25("서울", 5) == []
+        before = [(m.id, m.text) for m in mem.messages()]
+    with Memory(path) as mem:
+        retr = mem._p.retriever
+        assert mem.check() == []
+        assert [(m.id, m.text) for m in mem.messages()] == before  # the text as written (NFD)
+        by_text = {unicodedata.normalize("NFC", t): i for i, t in before}
+        korean = by_text["서울에서 태어나서 부산에서 자랐어요."]
+        french = by_text["J'ai mangé une crème brûlée à Zürich."]
+        for q, want in (("서울", korean), ("부산", korean), ("Zürich", french), ("crème brûlée", french),
+                        ("ngân hàng", by_text["Tôi sống ở Hà Nội và làm việc ở ngân hàng."]),
+                        ("故宫", by_text["我住在北京，离故宫很近。"]), ("Porto river", before[0][0])):
+            for form in ("NFC", "NFD"):
+                assert retr.bm25(unicodedata.normalize(form, q), 5)[:1] == [want], (q, form)
+        mem.add("Jin", unicodedata.normalize("NFD", "부산 바다가 그리워요."))
+        mem.forget(message_id=korean)
+        assert mem.check() == []
+    with raw(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version() == 9

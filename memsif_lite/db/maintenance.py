@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import store
 from ..errors import InvalidInputError, MemoryFileError
-from ..fulltext import has_cjk
+from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
@@ -163,8 +163,8 @@ def _sum_blob(v: Any, dim: int) -> Any:
 
 
 def _check_fulltext(con: Any) -> None:
-    """FTS5's own check of the index against ``messages`` (raises if they differ). Rows with CJK text
-    are indexed as :func:`~memsif_lite.fulltext.index_text` rewrites them, which FTS5 cannot know:
+    """FTS5's own check of the index against ``messages`` (raises if they differ). Rows with CJK or
+    decomposed text are indexed as :func:`~memsif_lite.fulltext.index_text` rewrites them, which FTS5 cannot know:
     inside a transaction (or savepoint) that is always rolled back, each such row's rewritten entry
     is deleted and its text indexed as written, so the check compares every row (a wrong entry
     leaves a mismatch). The rows are read inside it, so no other writer can change them between."""
@@ -172,7 +172,7 @@ def _check_fulltext(con: Any) -> None:
     con.execute("BEGIN IMMEDIATE" if own else "SAVEPOINT fulltext_check")
     try:
         for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
-            if has_cjk(speaker) or has_cjk(text):
+            if index_text(speaker) != speaker or index_text(text) != text:
                 unindex_fulltext(con, mid, speaker, text)
                 con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
         con.execute("INSERT INTO message_fts(message_fts, rank) VALUES('integrity-check', 1)")
