@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Protocol, Sequence
 
 from .entities import STOP_WORDS
+from .fulltext import compose
 from .timeutil import relative_notes
 
 __all__ = ["offline_answer", "content_words", "has_content_words", "stem", "DONT_KNOW"]
@@ -72,14 +73,15 @@ def stem(word: str) -> str:
 
 def content_words(text: str) -> set[str]:
     """Stems of the words that are neither stop words nor question words."""
-    return {stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS and w.lower() not in _QUESTION}
+    return {stem(w) for w in _WORD.findall(compose(text))
+            if w.lower() not in STOP_WORDS and w.lower() not in _QUESTION}
 
 
 def has_content_words(text: str, n: int) -> bool:
     """Whether ``text`` has at least ``n`` distinct content words (as :func:`content_words`
     counts them), reading only as far as needed."""
     seen: set[str] = set()
-    for w in _WORD.findall(text):
+    for w in _WORD.findall(compose(text)):
         lw = w.lower()
         if lw in STOP_WORDS or lw in _QUESTION:
             continue

@@ -6,8 +6,8 @@ post-filtering a top-k.
 What a filter means, per result kind:
 
 * messages (``search``, evidence of ``context`` / ``ask``, ``messages``): the message's speaker
-  is one of ``speakers`` (ASCII case-insensitive), its session one of ``sessions``, and its time
-  (UTC) within ``[since, until]``;
+  is one of ``speakers`` (ASCII case-insensitive, composed or decomposed alike), its session one
+  of ``sessions``, and its time (UTC) within ``[since, until]``;
 * segments / trajectories (``search(level=...)``, the structure-aware evidence ranking): only
   units holding at least one matching message are ranked, and only their matching messages are
   returned or added as candidates;

@@ -6,15 +6,20 @@ that exact run. :func:`index_text` rewrites every run of CJK characters (Han, ka
 its characters and its overlapping character pairs, each a token: ``北京很近`` becomes
 ``北 京 很 近 北京 京很 很近``. A question goes through the same rewrite
 (:func:`memsif_lite.retrieval.fts_query`), so a word inside a longer run matches, by its pair or,
-for one-character words, by the character. Other text is returned unchanged, so English (and every
-script that separates words with spaces) is indexed exactly as before.
+for one-character words, by the character. Other text is unchanged by that rewrite, so English
+(and every script that separates words with spaces) is indexed as written.
 
-Both sides are first composed (Unicode NFC, schema 9): text in decomposed form (``e`` + a combining
-accent, Hangul as separate jamo, as some systems and keyboards write it) would otherwise split a
-word at each accent ("Zürich" → "zu" + "rich") and never match the composed form of the same word.
+Both sides are first composed (:func:`compose`, Unicode NFC, schema 9). Text written decomposed
+(a letter + a combining mark, Hangul as separate jamo, as some systems and keyboards write it)
+tokenizes differently from the composed form of the same word: decomposed Korean was indexed as
+jamo pairs, a decomposed Cyrillic й as и, Greek ἄνθρωπος as α + νθρωποσ, Arabic مؤمن as مو + من,
+and a decomposed question split "Zürich" into "zu" + "rich" (FTS5's own diacritic folding already
+matched Latin letters on the index side).
 
 The rewrite is what the index holds, not what the file stores: ``messages.text`` keeps the text as
-written, and every write to ``message_fts`` (insert, delete, rebuild) goes through this function.
+written, and every write to ``message_fts`` (insert, delete) goes through :func:`index_text`; the
+migrations that re-index old files (8 and 9, ``memsif_lite/store.py``) and the full-text check
+rebuild the entries earlier schemas wrote from :func:`cjk_grams`.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from importlib.resources import files
 
 from .entities import STOP_WORDS
 
-__all__ = ["index_text", "cjk_grams", "has_cjk", "cjk_query_terms", "without_cjk", "foreign_function_words", "CJK_CHAR",
-           "QUERY_STOP_WORDS"]
+__all__ = ["index_text", "cjk_grams", "compose", "has_cjk", "cjk_query_terms", "without_cjk",
+           "foreign_function_words", "CJK_CHAR", "QUERY_STOP_WORDS"]
 
 #: one character of a script written without spaces between words (CJK ideographs with their
 #: extensions and compatibility forms, the iteration marks 々〆〇, kana, half-width katakana, Hangul
@@ -38,6 +43,7 @@ _RUN = re.compile(CJK_CHAR + "+")
 _LATIN = re.compile("[a-zß-ɏ]")
 _SPOKEN_WORD = re.compile(r"\w+(?:'\w+)*")  # "Caroline's" one word, so its "s" is no French word
 _APOSTROPHES = re.compile("[’‘´`ʼ]")
+_UCD = unicodedata.ucd_3_2_0
 
 
 def has_cjk(text: str) -> bool:
@@ -58,10 +64,18 @@ def cjk_grams(text: str) -> str:
     return _RUN.sub(_grams, text)
 
 
+def compose(text: str) -> str:
+    """``text`` in Unicode NFC by the tables of Unicode 3.2, which every Python has and never change:
+    an FTS5 entry must be deleted with the values it was indexed with, so what the index holds must
+    not depend on the Python that wrote it (newer tables compose a few newer scripts' marks; every
+    character of Unicode 3.2 — Latin, Greek, Cyrillic, Arabic, Hangul, … — composes the same)."""
+    return _UCD.normalize("NFC", text)
+
+
 def index_text(text: str) -> str:
-    """``text`` as the full-text index holds it: composed (NFC), then :func:`cjk_grams` (unchanged
+    """``text`` as the full-text index holds it: :func:`compose`, then :func:`cjk_grams` (unchanged
     unless it has CJK characters or is written decomposed)."""
-    return cjk_grams(unicodedata.normalize("NFC", text))
+    return cjk_grams(compose(text))
 
 
 #: function and question words of the languages besides English whose words are separated by

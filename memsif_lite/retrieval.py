@@ -4,7 +4,6 @@ at the level of messages, Topical Segments or Event Trajectories."""
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Callable
 
 import numpy as np
@@ -12,7 +11,7 @@ import numpy as np
 from .db import Database, MessageRow
 from .entities import STOP_WORDS
 from .filters import MessageFilter
-from .fulltext import cjk_query_terms, foreign_function_words, without_cjk
+from .fulltext import cjk_query_terms, compose, foreign_function_words, without_cjk
 from .timeutil import from_stored
 from .types import SearchResult
 
@@ -32,8 +31,8 @@ def fts_query(text: str) -> str | None:
     of a possessive matches a large share of all messages and costs the most) dropped, and the
     function words of another language the question is written in (:mod:`memsif_lite.fulltext`);
     CJK runs as the index holds them (characters and pairs). If nothing is left, the words without
-    the English stop words, then every word. Composed (NFC) first, as the index is."""
-    text = unicodedata.normalize("NFC", text)
+    the English stop words, then every word. Composed first, as the index is."""
+    text = compose(text)
     plain = without_cjk(text)
     words = [w.lower() for w in _TOKEN.findall(plain)]
     content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]

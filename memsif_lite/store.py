@@ -20,7 +20,6 @@ import json
 import logging
 import re
 import time
-import unicodedata
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -164,10 +163,10 @@ def _int8_vectors(con: apsw.Connection, dim: int) -> None:
 
 
 def _fulltext_scripts(con: apsw.Connection, dim: int) -> None:
-    """Data step of migration 8: messages with CJK text are indexed again, as
-    :func:`memsif_lite.fulltext.index_text` rewrites them (their entries so far hold the text as
-    written), and messages with non-ASCII text are counted again (a run of characters the counting
-    vocabulary does not know now counts one token per character, not one)."""
+    """Data step of migration 8: messages with CJK text are indexed again, as schema 8 rewrote them
+    (:func:`memsif_lite.fulltext.cjk_grams`; their entries so far hold the text as written), and
+    messages with non-ASCII text are counted again (a run of characters the counting vocabulary does
+    not know now counts one token per character, not one)."""
     from .fulltext import cjk_grams, has_cjk
     from .tokens import count_tokens
 
@@ -180,13 +179,13 @@ def _fulltext_scripts(con: apsw.Connection, dim: int) -> None:
 
 
 def _fulltext_nfc(con: apsw.Connection, dim: int) -> None:
-    """Data step of migration 9: messages written in decomposed Unicode (not NFC) are indexed again,
-    composed (:func:`memsif_lite.fulltext.index_text`); their entries so far hold schema 8's rewrite
-    of the text as written. ``messages.text`` keeps what was written."""
-    from .fulltext import cjk_grams, index_text
+    """Data step of migration 9: messages written decomposed (not NFC) are indexed again, composed
+    (:func:`memsif_lite.fulltext.index_text`); their entries so far hold schema 8's rewrite of the
+    text as written (:func:`~memsif_lite.fulltext.cjk_grams`). ``messages.text`` keeps what was written."""
+    from .fulltext import cjk_grams, compose, index_text
 
     for mid, speaker, text in _sql(con, "SELECT id, speaker, text FROM messages").fetchall():
-        if not (unicodedata.is_normalized("NFC", speaker) and unicodedata.is_normalized("NFC", text)):
+        if compose(speaker) != speaker or compose(text) != text:
             _reindex(con, mid, (cjk_grams(speaker), cjk_grams(text)), (index_text(speaker), index_text(text)))
 
 

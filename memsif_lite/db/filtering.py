@@ -5,6 +5,7 @@ indexed (sql/0005_filter_indexes.sql)."""
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,12 +24,20 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
+def _spellings(names: Sequence[str]) -> list[str]:
+    """Each name as given, composed and decomposed (NFC / NFD): "Léa" or "지민" written either way
+    by whoever stored it is the same speaker."""
+    return list(dict.fromkeys(v for n in names for v in (n, unicodedata.normalize("NFC", n),
+                                                         unicodedata.normalize("NFD", n))))
+
+
 def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
     if speakers and f.speakers:
-        where.append(f"{alias}.speaker COLLATE NOCASE IN ({_marks(len(f.speakers))})")
-        args += f.speakers
+        names = _spellings(f.speakers)
+        where.append(f"{alias}.speaker COLLATE NOCASE IN ({_marks(len(names))})")
+        args += names
     if f.sessions:
         where.append(f"{alias}.session IN ({_marks(len(f.sessions))})")
         args += f.sessions
@@ -52,8 +61,9 @@ def _fact_sql(f: MessageFilter, table: str, sources: str) -> tuple[str, list[Any
     where: list[str] = []
     args: list[Any] = []
     if f.speakers:
-        where.append(f"x.subject COLLATE NOCASE IN ({_marks(len(f.speakers))})")
-        args += f.speakers
+        names = _spellings(f.speakers)
+        where.append(f"x.subject COLLATE NOCASE IN ({_marks(len(names))})")
+        args += names
     cond, cargs = _conditions(f, "m", speakers=False)
     if cond:
         where.append(f"EXISTS ({sources} AND {' AND '.join(cond)})")

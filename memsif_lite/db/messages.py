@@ -22,8 +22,8 @@ _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 
 def index_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
     """A message's full-text entry, its speaker and text as :func:`~memsif_lite.fulltext.index_text`
-    rewrites them (add, merge and import write through here; migration 8 in store.py, below this
-    layer, rewrites old files' entries the same way)."""
+    rewrites them (add, merge and import write through here; migrations 8 and 9 in store.py, below
+    this layer, rewrite old files' entries the same way)."""
     con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)",
                 (mid, index_text(speaker), index_text(text)))
 
