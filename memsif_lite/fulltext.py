@@ -17,9 +17,9 @@ and a decomposed question split "Zürich" into "zu" + "rich" (FTS5's own diacrit
 matched Latin letters on the index side).
 
 The rewrite is what the index holds, not what the file stores: ``messages.text`` keeps the text as
-written, and every write to ``message_fts`` (insert, delete) goes through :func:`index_text`; the
-migrations that re-index old files (8 and 9, ``memsif_lite/store.py``) and the full-text check
-rebuild the entries earlier schemas wrote from :func:`cjk_grams`.
+written, and every write to ``message_fts`` (insert, delete) goes through :func:`index_text`,
+except in the migrations that re-index old files (8 and 9, ``memsif_lite/store.py``), which delete
+what an earlier schema wrote (schema 8's is :func:`cjk_grams`) before writing the new entry.
 """
 
 from __future__ import annotations
