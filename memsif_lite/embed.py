@@ -18,7 +18,6 @@ without naming its model again. :class:`Embeddings` adds the caches the pipeline
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gzip
 import hashlib
@@ -227,9 +226,12 @@ class OnnxEmbedder:
         except ImportError as e:  # pragma: no cover - an install requirement
             raise EmbeddingError(f"onnxruntime not installed: {e}") from e
         t = self._table_spec
+        part = f"tokenizer {self._tok_path}"
         try:
             tok = self.tokenizer()
+            part = f"model {self._onnx_path}"
             sess = self._new_session(ort)
+            part = f"token table of {self._dir}"
             table = None
             if t is not None:
                 u8 = (float(t["uint8_scale"]), int(t["uint8_zero_point"])) if "rows" in t else None
@@ -238,7 +240,7 @@ class OnnxEmbedder:
         except EmbeddingError:
             raise
         except Exception as e:  # noqa: BLE001 - onnxruntime, gzip and numpy raise their own types
-            raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e}") from e
+            raise EmbeddingError(f"cannot load the embedding {part}: {e}") from e
         self._inputs = {i.name for i in sess.get_inputs()}
         self._table, self._tokenizer = table, tok
         self._session = sess  # last: a thread that sees the session sees the rest
@@ -248,7 +250,9 @@ class OnnxEmbedder:
         """The onnxruntime session, with the encoder's matrices when the manifest keeps them apart.
         They are not kept: onnxruntime copies supplied initializers into its graph when the session
         is created, and the caller may free them after (its C API, since 1.12); freed here, before the
-        token table is built, that memory is reused instead of left behind."""
+        token table is built, that memory is reused instead of left behind. The session must never
+        be rebuilt from its options (``set_providers``, or onnxruntime's own fallback after a
+        provider error, turned off here): they still point at the freed matrices."""
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self._threads
         opts.inter_op_num_threads = 1
@@ -259,10 +263,12 @@ class OnnxEmbedder:
         inits = encoder_initializers(self._dir / w["file"], w.get("form", "int8"))
         opts.add_external_initializers(list(inits), [ort.OrtValue.ortvalue_from_numpy(v) for v in inits.values()])
         try:
-            return ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
+            sess = ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
             raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e} "
                                  f"(are its encoder weights {w['file']} complete, made for it?)") from e
+        sess.disable_fallback()
+        return sess
 
     def tokenizer(self) -> Any:
         """The model's tokenizer (shared in the process, unconfigured: see :func:`read_tokenizer`)."""
@@ -467,8 +473,10 @@ def _return_freed_memory() -> None:
     and the enpt token table). Elsewhere nothing to do."""
     if sys.platform.startswith("linux"):
         try:
+            import ctypes
+
             ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc (musl): nothing to trim
+        except (ImportError, OSError, AttributeError):  # no ctypes, or not glibc (musl): nothing to trim
             pass
 
 

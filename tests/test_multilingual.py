@@ -231,6 +231,17 @@ def test_broken_encoder_weights_are_an_embedding_error(tmp_path):
             OnnxEmbedder(d).embed(["hello"], kind="passage")
     with pytest.raises(EmbeddingError, match="int4"):
         encoder_initializers(weights, "int4")
+    # the other parts of a load name what failed
+    for part, damage in (("tokenizer", {"tokenizer": str(tmp_path / "truncated" / "w.npz")}),
+                         ("token table", {"token_table": {"q4": "nothing.npy", "scales": "nothing.npz"}})):
+        d = tmp_path / part.replace(" ", "_")
+        d.mkdir()
+        m = {**manifest, "model_id": f"broken-{d.name}", "onnx": str(src / manifest["onnx"]),
+             "tokenizer": str(src / manifest["tokenizer"]), "encoder_weights": {"file": str(weights), "form": "int8"},
+             "token_table": {k: str(src / v) for k, v in manifest["token_table"].items()}, **damage}
+        (d / "embedder.json").write_text(json.dumps(m), encoding="utf-8")
+        with pytest.raises(EmbeddingError, match=f"cannot load the embedding {part}"):
+            OnnxEmbedder(d).embed(["hello"], kind="passage")
 
 
 def test_two_threads_embedding_at_once_load_the_model_once(monkeypatch):
