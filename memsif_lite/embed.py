@@ -258,14 +258,15 @@ class OnnxEmbedder:
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
         w = self._weights_spec
-        if w is None:
-            return ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
-        inits = encoder_initializers(self._dir / w["file"], w.get("form", "int8"))
-        opts.add_external_initializers(list(inits), [ort.OrtValue.ortvalue_from_numpy(v) for v in inits.values()])
+        if w is not None:
+            inits = encoder_initializers(self._dir / w["file"], w.get("form", "int8"))
+            opts.add_external_initializers(list(inits), [ort.OrtValue.ortvalue_from_numpy(v) for v in inits.values()])
         try:
             sess = ort.InferenceSession(str(self._onnx_path), opts, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
-            raise EmbeddingError(f"cannot load embedding model {self._onnx_path}: {e} "
+            if w is None:
+                raise
+            raise EmbeddingError(f"cannot load the embedding model {self._onnx_path}: {e} "
                                  f"(are its encoder weights {w['file']} complete, made for it?)") from e
         sess.disable_fallback()
         return sess

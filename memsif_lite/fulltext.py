@@ -68,8 +68,10 @@ def compose(text: str) -> str:
     """``text`` in Unicode NFC by the tables of Unicode 3.2, which every Python has and never change:
     an FTS5 entry must be deleted with the values it was indexed with, so what the index holds must
     not depend on the Python that wrote it (newer tables compose a few newer scripts' marks; every
-    character of Unicode 3.2 — Latin, Greek, Cyrillic, Arabic, Hangul, … — composes the same)."""
-    return _UCD.normalize("NFC", text)
+    character of Unicode 3.2 — Latin, Greek, Cyrillic, Arabic, Hangul, … — composes the same).
+    ASCII is returned as it is (composed under every table): those old tables have no quick check,
+    so normalising costs ~7 µs for a 200-character ASCII message against ~0.04 µs for the test."""
+    return text if text.isascii() else _UCD.normalize("NFC", text)
 
 
 def index_text(text: str) -> str:
