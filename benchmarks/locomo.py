@@ -36,6 +36,11 @@ memsif systems also build segments, trajectories and CoreFacts (timed with preco
 checkpointed file size over turns (flat systems: ``benchmarks/_flat.py``, an independent store
 with memsif's message tables only — messages, vectors, FTS — and no structure). ``peak_rss_mb`` is the process's
 peak, shared by all systems, unless ``--rss-per-system`` runs each system alone in a subprocess.
+
+Chat-style files (``benchmarks/chatify.py``) may give a turn ``offset_s`` (seconds since its session's
+date; LoCoMo files have none) and a question ``evidence_turns`` (the pieces of each original evidence
+turn): then ``turn_recall`` reports a gold turn present when any / when all of its pieces are in the
+context. ``--structure`` adds per conversation the Topical Segments and Event Trajectories built.
 """
 
 from __future__ import annotations
@@ -143,11 +148,14 @@ def run(args) -> dict:
     # per question: (conversation, category, nce, evidence recall, answer coverage or None)
     per_q: dict[str, dict[int, list[tuple[str, str, bool, float, float | None]]]] = {
         s: {b: [] for b in budgets} for s in systems}
+    # chat-style files (benchmarks/chatify.py): per question, turn-level recall (any piece, all pieces)
+    per_turn: dict[str, dict[int, list[tuple[float, float]]]] = {s: {b: [] for b in budgets} for s in systems}
+    structure: dict[str, dict] = {}
     n_questions = n_turns = 0
     embed_s_total = 0.0
     with tempfile.TemporaryDirectory() as d:
         for sid, sample in convs:
-            turns = list(locomo_turns(sample["conversation"]))
+            turns = with_offsets(sample["conversation"], list(locomo_turns(sample["conversation"])))
             n_turns += len(turns)
             texts = [f"{t['speaker']}: {t['text']}" for t in turns]
             t0 = time.perf_counter()
@@ -179,6 +187,8 @@ def run(args) -> dict:
                     if s not in FLAT:
                         mems[s] = Memory(path, embedder=PrecomputedEmbedder(cached), config=ablation[s])
                 mem_src = {m.id: m.source_id for m in next(iter(mems.values())).messages()}
+                if args.structure:
+                    structure[sid] = structure_stats(next(iter(mems.values())), mem_src, sample.get("qa", []))
             known = {t["source_id"] for t in turns}
             pos = {t["source_id"]: i for i, t in enumerate(turns)}
             qas = [q for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
@@ -212,6 +222,8 @@ def run(args) -> dict:
                         totals[s]["lat"].append((time.perf_counter() - t0) * 1000)
                         rec = sum(g in have for g in gold) / len(gold)
                         per_q[s][b].append((sid, cat, is_nce, rec, coverage(q.get("answer", ""), words(text))))
+                        if "evidence_turns" in q:
+                            per_turn[s][b].append(turn_recall(q["evidence_turns"], known, have))
             for m in mems.values():
                 m.close()
             if flat is not None:
@@ -234,11 +246,72 @@ def run(args) -> dict:
             "query_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat else None,
             "file_bytes_per_turn": round(totals[s]["bytes"] / totals[s]["turns"], 1),
         }
+        if per_turn[s][budgets[0]] and len(per_turn[s][budgets[0]]) == len(per_q[s][budgets[0]]):
+            out["systems"][s]["turn_recall"] = turn_summary(per_q[s], per_turn[s], budgets)
+    if structure:
+        out["structure"] = structure
     out["settings"] = knobs_shown(args.set or [])
     return out
 
 
 SUBSETS = ("all", *CATEGORIES.values(), "nce")
+
+
+def with_offsets(conversation: dict, turns: list[dict]) -> list[dict]:
+    """Per-message times for chat-style files: a turn's optional ``offset_s`` (seconds since its
+    session's date) replaces the importer's one-minute spacing. LoCoMo files have none: unchanged."""
+    from datetime import timedelta
+
+    from memsif_lite.timeutil import parse_locomo_date
+
+    offsets = {t.get("dia_id"): t["offset_s"] for k, v in conversation.items() if k.startswith("session_")
+               and isinstance(v, list) for t in v if isinstance(t, dict) and "offset_s" in t}
+    if not offsets:
+        return turns
+    for t in turns:
+        date = conversation.get(f"session_{t['session']}_date_time")
+        if t["source_id"] in offsets and date:
+            t["at"] = parse_locomo_date(date) + timedelta(seconds=float(offsets[t["source_id"]]))
+    return turns
+
+
+def turn_recall(groups: list[list[str]], known: set[str], have: set[str]) -> tuple[float, float]:
+    """Evidence recall over original turns split into pieces: a gold turn is present when any
+    of its pieces is in the context, and (the second figure, which crumbs cannot game) when all are."""
+    gs = [[p for p in g if p in known] for g in groups]
+    gs = [g for g in gs if g]
+    if not gs:
+        return 0.0, 0.0
+    return (sum(any(p in have for p in g) for g in gs) / len(gs), sum(all(p in have for p in g) for g in gs) / len(gs))
+
+
+def turn_summary(rows_by_budget: dict, turn_by_budget: dict, budgets: list[int]) -> dict:
+    """Turn-level recall ("any piece" / "all pieces") per budget and subset, with per-question values."""
+    out: dict = {}
+    for i, name in enumerate(("any_piece", "all_pieces")):
+        rows = {b: [(*r[:3], t[i], r[4]) for r, t in zip(rows_by_budget[b], turn_by_budget[b], strict=True)]
+                for b in budgets}
+        out[name] = summarise(rows, budgets)["recall"]
+    out["per_question"] = {str(b): [list(t) for t in turn_by_budget[b]] for b in budgets}
+    return out
+
+
+def structure_stats(mem, mem_src: dict[int, str | None], qa: list[dict]) -> dict:
+    """How the interaction structure came out: messages per Topical Segment, Event Trajectories,
+    and for chat-style files the share of split evidence turns whose pieces land in more than one segment."""
+    segs = mem.segments()
+    trajs = mem.trajectories()
+    sizes = [len(s.message_ids) for s in segs]
+    seg_of = {mem_src.get(m): s.id for s in segs for m in s.message_ids}
+    split = [g for q in qa for g in q.get("evidence_turns", []) if len(g) > 1 and all(p in seg_of for p in g)]
+    return {"messages": sum(sizes), "segments": len(segs), "trajectories": len(trajs),
+            "messages_per_segment_mean": round(float(np.mean(sizes)), 2) if sizes else None,
+            "messages_per_segment_median": float(np.median(sizes)) if sizes else None,
+            "single_message_segments": round(sum(n == 1 for n in sizes) / len(sizes), 3) if sizes else None,
+            "segments_per_trajectory": round(len(segs) / len(trajs), 2) if trajs else None,
+            "split_evidence_turns": len(split),
+            "split_evidence_turns_across_segments": round(
+                sum(len({seg_of[p] for p in g}) > 1 for g in split) / len(split), 3) if split else None}
 
 
 def _mean(vals: list[float]) -> float | None:
@@ -376,6 +449,22 @@ def table(res: dict) -> str:
         cv, fc = s["coverage"], s["fully_covered"]
         lines.append(f"| {name} | " + " | ".join(f"{f(cv[str(b)]['all'])} ({f(fc[str(b)]['all'])})" for b in budgets)
                      + " | " + " | ".join(f"{f(cv[mid][c])} ({f(fc[mid][c])})" for c in cats) + " |")
+    if any("turn_recall" in s for s in res["systems"].values()):
+        lines += ["", "turn-level evidence recall, chat-style pieces: any piece / all pieces in the context",
+                  "| system | " + " | ".join(f"all@{b}" for b in budgets) + " | "
+                  + " | ".join(f"{c}@{mid}" for c in cats) + " |", "|---" * (len(budgets) + 6) + "|"]
+        for name, s in res["systems"].items():
+            if "turn_recall" in s:
+                a, z = s["turn_recall"]["any_piece"], s["turn_recall"]["all_pieces"]
+                lines.append(f"| {name} | " + " | ".join(f"{f(a[str(b)]['all'])} / {f(z[str(b)]['all'])}"
+                                                        for b in budgets)
+                             + " | " + " | ".join(f"{f(a[mid][c])} / {f(z[mid][c])}" for c in cats) + " |")
+    if res.get("structure"):
+        keys = list(next(iter(res["structure"].values())))
+        lines += ["", "interaction structure", "| conversation | " + " | ".join(keys) + " |",
+                  "|---" * (len(keys) + 1) + "|"]
+        lines += [f"| {sid} | " + " | ".join(str(v) for v in st.values()) + " |"
+                  for sid, st in res["structure"].items()]
     return "\n".join(lines)
 
 
@@ -418,6 +507,8 @@ def main() -> None:
     ap.add_argument("--judge", default=None, help="litellm model of the answer judge (default: --llm)")
     ap.add_argument("--api-base", default=None, help="base URL for --llm/--judge (vLLM, Ollama, ...)")
     ap.add_argument("--seed", type=int, default=0, help="question order of the online query-state protocol")
+    ap.add_argument("--structure", action="store_true",
+                    help="also report the interaction structure per conversation (segments, trajectories)")
     ap.add_argument("--rss-per-system", action="store_true",
                     help="also run each system alone in a subprocess to report its own peak RSS")
     args = ap.parse_args()

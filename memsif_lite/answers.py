@@ -81,7 +81,8 @@ def has_content_words(text: str, n: int) -> bool:
     """Whether ``text`` has at least ``n`` distinct content words (as :func:`content_words`
     counts them), reading only as far as needed."""
     seen: set[str] = set()
-    for w in _WORD.findall(compose(text)):
+    for m in _WORD.finditer(compose(text)):  # lazily: a long text is read only as far as needed
+        w = m.group(0)
         lw = w.lower()
         if lw in STOP_WORDS or lw in _QUESTION:
             continue

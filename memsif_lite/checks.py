@@ -7,7 +7,10 @@ from typing import Any
 
 from .errors import InvalidInputError
 
-__all__ = ["check_question", "check_search", "check_page"]
+__all__ = ["check_question", "check_search", "check_page", "check_id", "check_text", "INT64_MAX"]
+
+#: the largest integer SQLite stores (ids beyond it cannot name anything)
+INT64_MAX = 2**63 - 1
 
 
 def _int_in(value: Any, lo: int, hi: int, name: str) -> None:
@@ -15,15 +18,39 @@ def _int_in(value: Any, lo: int, hi: int, name: str) -> None:
         raise InvalidInputError(f"{name} must be an integer in [{lo}, {hi}]")
 
 
+def check_id(value: Any, name: str) -> int:
+    """A message or fact id: an ``int`` (not a bool, not ``"1"``) that SQLite can hold. An id that
+    fits but names nothing is for the caller to report (NotFoundError)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{name} must be an integer, got {type(value).__name__}")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise InvalidInputError(f"{name} {value} is outside the range of ids (64-bit integers)")
+    return value
+
+
+def check_text(value: Any, name: str) -> str:
+    """A string that can reach SQLite: valid Unicode, so no lone surrogate (``"\\ud800"``, or what
+    Python makes of undecodable bytes in a command line) — SQLite stores UTF-8."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInputError(f"{name} is not valid Unicode text ({e.reason})") from None
+    return value
+
+
 def check_question(question: Any, budget_tokens: Any) -> None:
     if not isinstance(question, str) or not question.strip():
         raise InvalidInputError("question must be a non-empty string")
+    check_text(question, "question")
     _int_in(budget_tokens, 50, 200_000, "budget_tokens")
 
 
 def check_search(query: Any, k: Any, level: Any) -> None:
     if not isinstance(query, str) or not query.strip():
         raise InvalidInputError("query must be a non-empty string")
+    check_text(query, "query")
     _int_in(k, 1, 1000, "k")
     if level not in ("message", "segment", "trajectory"):
         raise InvalidInputError("level must be 'message', 'segment' or 'trajectory'")

@@ -23,8 +23,13 @@ Options
     MEMSIF_CONFIG); the commands that can call an LLM (``ingest``, ``ask``) also take ``--llm``,
     ``--api-base`` and ``--api-key`` (or MEMSIF_LLM, MEMSIF_API_BASE, MEMSIF_API_KEY); so does
     ``mcp``, the MCP server. Only
-    ``ingest``, ``import`` and ``demo`` create a memory file; the other commands refuse a path
-    where there is none, so a mistyped ``--db`` does not leave an empty memory file behind.
+    ``ingest``, ``add``, ``import``, ``demo`` and ``mcp`` create a memory file; the other commands
+    refuse a path where there is none (or an empty file), so a mistyped ``--db`` does not leave an
+    empty memory file behind, and the commands that only read open the file read-only.
+
+Untrusted text
+    Stored text comes from anyone: plain output shows its control characters as escapes
+    (:func:`_printable`), and an argument that is not UTF-8 is refused by name (:class:`_Command`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import errno
 import functools
 import json
 import logging
+import os
+import re
 import sys
 import tempfile
 import time
@@ -46,9 +53,9 @@ import click
 from click.core import ParameterSource
 
 from memsif_lite import Config, Memory
-from memsif_lite.errors import InvalidInputError, InvalidMessageError, MemsifError
+from memsif_lite.errors import InvalidInputError, InvalidMessageError, MemoryFileError, MemsifError
 from memsif_lite.homes import make_private_dirs, memory_path
-from memsif_lite.importers import parse_speaker_map, read_jsonl, read_labeled
+from memsif_lite.importers import SpeakerMap, check_messages, parse_speaker_map, read_jsonl, read_labeled
 from memsif_lite.jsonable import to_jsonable
 
 __all__ = ["main", "to_jsonable"]
@@ -58,8 +65,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- output ----------------------------------------------------------------------------------------
+# What a terminal would act on instead of showing: C0 controls but newline and tab (ESC starts a
+# sequence that clears the screen or sets the window title; BEL, CR...), DEL, C1 controls (0x9b is
+# a CSI on its own) and the bidirectional overrides that reorder what is shown.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # what json.dumps leaves raw of _UNSAFE
+
+
+def _printable(text: str) -> str:
+    """``text`` with every terminal-active character shown as its escape (ESC as ``\\x1b``): stored
+    text comes from anyone, and must not drive the terminal of whoever lists it."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+def _echo(text: str = "", **kwargs: Any) -> None:
+    """Every line of plain output goes through here (and so through :func:`_printable`)."""
+    click.secho(_printable(text), **kwargs)
+
+
 def _emit(doc: Mapping[str, Any]) -> None:
-    click.echo(json.dumps(to_jsonable(doc), ensure_ascii=False))
+    """One JSON document. JSON escapes C0 controls itself, :data:`_JSON_RAW` is escaped here
+    (``\\u009b``: the same value, and only strings can hold such characters)."""
+    text = json.dumps(to_jsonable(doc), ensure_ascii=False)
+    click.echo(_JSON_RAW.sub(lambda m: f"\\u{ord(m[0]):04x}", text))
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
@@ -88,11 +116,11 @@ def _one_line(text: str) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Sequence[int] = ()) -> None:
     """Aligned columns; columns in ``right`` are right-aligned, the last column is never padded."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    cells = [[_printable(str(c)) for c in headers]] + [[_printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for r in cells:
         parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
-        click.echo("  ".join(parts).rstrip())
+        _echo("  ".join(parts).rstrip())
 
 
 def _stats_line(st: Mapping[str, int]) -> str:
@@ -102,7 +130,7 @@ def _stats_line(st: Mapping[str, int]) -> str:
 def _print_stats(st: Mapping[str, int], indent: str = "") -> None:
     width = max((len(k) for k in st), default=0)
     for k, v in st.items():
-        click.echo(f"{indent}{k:{width}}  {v}")
+        _echo(f"{indent}{k:{width}}  {v}")
 
 
 # -- shared options and opening a memory -----------------------------------------------------------
@@ -191,9 +219,12 @@ def _open(db: str, config: str | None = None, llm: str | None = None, api_base: 
           later: bool = False) -> Memory:
     """The one way the CLI opens a memory file. The embedding model is the one the file records.
     A command's queued steps run before it exits (``inline``; LLM calls outside any transaction),
-    or not at all with ``later`` (``memsif process`` runs them)."""
+    or not at all with ``later`` (``memsif process`` runs them). Without ``create`` the file must
+    exist and not be empty: a command that does not create memory files never turns one into one."""
     if not create and not Path(db).exists():
-        raise click.ClickException(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
+        raise MemoryFileError(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
+    if not create and Path(db).is_file() and Path(db).stat().st_size == 0:
+        raise MemoryFileError(f"{db} is empty, not a memory file (it was left as it is)")
     ctx = click.get_current_context(silent=True)
     if create and ctx is not None and ctx.meta.get("memsif.home_file"):
         make_private_dirs(Path(db).parent)
@@ -215,27 +246,76 @@ def _os_error(e: OSError) -> str:
     return str(e) or type(e).__name__
 
 
+def _message(e: Exception) -> str:
+    """What ``Error: ...`` says for an exception a command let through (never a traceback)."""
+    if isinstance(e, click.ClickException):
+        return e.format_message()
+    if isinstance(e, MemsifError):
+        return str(e) or type(e).__name__
+    if isinstance(e, OSError):
+        return _os_error(e)
+    if isinstance(e, UnicodeDecodeError):
+        return f"the input is not UTF-8 text ({e.reason} at byte {e.start})"
+    if isinstance(e, ValueError):
+        return str(e) or type(e).__name__
+    log.debug("unexpected error in the memsif command line", exc_info=True)
+    return f"unexpected {type(e).__name__}: {e} (please report)"
+
+
+def _not_utf8(value: str) -> str | None:
+    """Where an argument is not UTF-8: Python hands undecodable bytes over as lone surrogates."""
+    try:
+        raw = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        return f"a lone surrogate U+{ord(value[e.start]):04X} at character {e.start}"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"byte 0x{raw[e.start]:02x} at offset {e.start}"
+    return None
+
+
+class _Command(click.Command):
+    """Refuses an argument or option that is not valid UTF-8, naming it and the first bad byte
+    (instead of a misleading error from deep inside)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                where = _not_utf8(v) if isinstance(v, str) else None
+                if where:
+                    raise click.BadParameter(f"not valid UTF-8 ({where})", ctx=ctx, param=param)
+        return super().invoke(ctx)
+
+
 class _Group(click.Group):
     """Turns every error into ``Error: ...`` and exit 1; click's usage errors keep exit 2."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except MemsifError as e:
-            raise click.ClickException(str(e) or type(e).__name__) from e
         except OSError as e:
             if e.errno == errno.EPIPE:  # click's main() handles a closed pipe quietly
                 raise
-            raise click.ClickException(_os_error(e)) from e
-        except UnicodeDecodeError as e:
-            raise click.ClickException(f"the input is not UTF-8 text ({e.reason} at byte {e.start})") from e
-        except ValueError as e:
-            raise click.ClickException(str(e) or type(e).__name__) from e
-        except Exception as e:  # the CLI never shows a traceback
-            log.debug("unexpected error in the memsif command line", exc_info=True)
-            raise click.ClickException(f"unexpected {type(e).__name__}: {e} (please report)") from e
+            raise click.ClickException(_message(e)) from e
+        except Exception as e:
+            raise click.ClickException(_message(e)) from e
+
+
+@contextlib.contextmanager
+def _nothing_added() -> Iterator[None]:
+    """Every failure of ``add`` and ``ingest`` says the same: they add all of their input or nothing."""
+    try:
+        yield
+    except (click.UsageError, click.exceptions.Exit, click.exceptions.Abort):
+        raise
+    except Exception as e:
+        raise click.ClickException(f"{_message(e)} (nothing was added)") from e
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -259,7 +339,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 # -- commands --------------------------------------------------------------------------------------
-def _read_messages(file: str, speaker_map: dict[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+def _read_messages(file: str, speaker_map: SpeakerMap) -> list[tuple[str, dict[str, Any]]]:
     """(where, message) for every message of FILE (``-``: standard input), JSONL or LoCoMo."""
     name = "<stdin>" if file == "-" else file
     try:
@@ -273,6 +353,23 @@ def _read_messages(file: str, speaker_map: dict[str, str] | None = None) -> list
     except (KeyError, TypeError, AttributeError, IndexError) as e:
         raise click.ClickException(
             f"cannot read {name}: not a JSONL or LoCoMo conversation ({type(e).__name__}: {e})") from None
+
+
+def _checked(labeled: list[tuple[str, dict[str, Any]]], config: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """``labeled`` once every message passed the checks :meth:`Memory.add_many` makes, run before
+    any memory file is opened: bad input creates nothing, so a failed command never has a file
+    to remove (and never removes one another process has just written to)."""
+    cfg = Config.from_file(config) if config else Config()
+    try:
+        check_messages([m for _, m in labeled], cfg.max_message_chars)
+    except InvalidMessageError as e:
+        raise _refused(labeled, e) from None
+    return labeled
+
+
+def _refused(labeled: list[tuple[str, dict[str, Any]]], e: InvalidMessageError) -> click.ClickException:
+    where = labeled[e.index][0]
+    return click.ClickException(f"{where}: {e.reason}" if where else e.reason)
 
 
 def _ingest(mem: Memory, labeled: list[tuple[str, dict[str, Any]]], *, label: str = "ingesting") -> list[int]:
@@ -289,20 +386,7 @@ def _ingest(mem: Memory, labeled: list[tuple[str, dict[str, Any]]], *, label: st
         try:
             return mem.add_many([m for _, m in labeled], progress=progress, skip_existing=True)
         except InvalidMessageError as e:
-            raise click.ClickException(f"{labeled[e.index][0]}: {e.reason} (nothing was added)") from None
-
-
-@contextlib.contextmanager
-def _removed_if_failed(db: str) -> Iterator[None]:
-    """A memory file this command creates is removed again if the command fails."""
-    created = not Path(db).exists()
-    try:
-        yield
-    except BaseException:
-        if created:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(db + suffix).unlink(missing_ok=True)
-        raise
+            raise _refused(labeled, e) from None
 
 
 @main.command()
@@ -320,10 +404,16 @@ def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: st
     """Add the messages of FILE (JSONL, chat JSONL or LoCoMo JSON; - for standard input) to the
     memory, creating it if needed. All or nothing: a bad line (named by its number) adds nothing.
     Idempotent: messages already in the file are skipped and counted."""
-    labeled = _read_messages(file, parse_speaker_map(speaker_map))
-    t0 = time.perf_counter()
-    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True, later=later) as mem:
-        ids = _ingest(mem, labeled)
+    with _nothing_added():
+        smap = parse_speaker_map(speaker_map)
+        labeled = _checked(_read_messages(file, smap), config)
+        if smap.unused():
+            _echo(f"Warning: --speaker-map names roles no line has: {', '.join(smap.unused())}", err=True)
+        t0 = time.perf_counter()
+        mem = _open(db, config, llm, api_base, api_key, create=True, later=later)
+    with mem:
+        with _nothing_added():
+            ids = _ingest(mem, labeled)
         st = mem.stats()
     secs = time.perf_counter() - t0
     skipped = len(labeled) - len(ids)
@@ -332,8 +422,8 @@ def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: st
                "seconds": round(secs, 3), "stats": st})
         return
     already = f", skipped {skipped} already present" if skipped else ""
-    click.echo(f"added {_plural(len(ids), 'message')}{already} in {secs:.1f}s")
-    click.echo(_stats_line(st))
+    _echo(f"added {_plural(len(ids), 'message')}{already} in {secs:.1f}s")
+    _echo(_stats_line(st))
 
 
 @main.command()
@@ -350,14 +440,21 @@ def ingest(file: str, db: str, config: str | None, llm: str | None, api_base: st
 def add(speaker: str, text: str, db: str, config: str | None, llm: str | None, api_base: str | None,
         api_key: str | None, at: str | None, session: str | None, source_id: str | None, later: bool,
         as_json: bool) -> None:
-    """Add one message (SPEAKER said TEXT) to the memory, creating it if needed."""
-    with _removed_if_failed(db), _open(db, config, llm, api_base, api_key, create=True, later=later) as mem:
-        mid = mem.add(speaker, text, at=at, session=session, source_id=source_id)
+    """Add one message (SPEAKER said TEXT) to the memory, creating it if needed. Idempotent: a
+    message already stored (as `memsif ingest` finds them) is not added again."""
+    message = dict(speaker=speaker, text=text, at=at, session=session, source_id=source_id)
+    with _nothing_added():
+        _checked([("", message)], config)
+        mem = _open(db, config, llm, api_base, api_key, create=True, later=later)
+    with mem:
+        with _nothing_added():
+            added = mem.remember([message])[0]
+        mid = added.id
         m = mem.get(mid)
     if as_json:
-        _emit({"id": mid, "message": m})
+        _emit({"id": mid, "new": added.new, "message": m})
     else:
-        click.echo(f"added message {mid} ({_local(m)})")
+        _echo(f"{'added' if added.new else 'already present:'} message {mid} ({_local(m)})")
 
 
 def _local(m: Any) -> str:
@@ -376,19 +473,19 @@ def _local(m: Any) -> str:
 def messages(db: str, config: str | None, speakers: tuple[str, ...], sessions: tuple[str, ...], since: str | None,
              until: str | None, limit: int, offset: int, as_json: bool) -> None:
     """List stored messages in the order they were added, filtered, one page at a time."""
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         page = mem.messages(**_filters(speakers, sessions, since, until), limit=limit + 1, offset=offset)
     more, page = len(page) > limit, page[:limit]
     if as_json:
         _emit({"messages": page, "offset": offset, "limit": limit, "more": more})
         return
     if not page:
-        click.echo("no messages match" if offset == 0 else f"no messages after the first {offset}")
+        _echo("no messages match" if offset == 0 else f"no messages after the first {offset}")
     for m in page:
         session = f" (session {m.session})" if m.session is not None else ""
-        click.echo(f"[{m.id}] {_local(m)}{session} {m.speaker}: {_one_line(m.text)}")
+        _echo(f"[{m.id}] {_local(m)}{session} {m.speaker}: {_one_line(m.text)}")
     if more:
-        click.echo(f"… more: --offset {offset + limit}")
+        _echo(f"… more: --offset {offset + limit}")
 
 
 @main.command()
@@ -401,19 +498,19 @@ def messages(db: str, config: str | None, speakers: tuple[str, ...], sessions: t
 def search(query: str, db: str, config: str | None, k: int, level: str, speakers: tuple[str, ...],
            sessions: tuple[str, ...], since: str | None, until: str | None, as_json: bool) -> None:
     """Hybrid (dense + BM25) search of the memory; the filters apply inside the search."""
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         hits = mem.search(query, k=k, level=level, **_filters(speakers, sessions, since, until))
     if as_json:
         _emit({"query": query, "level": level, "k": k, "results": hits})
         return
     if not hits:
-        click.echo("no results")
+        _echo("no results")
     for h in hits:
         if level == "message":
-            click.echo(f"[{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
+            _echo(f"[{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
         else:
-            click.echo(f"[{h.id}] {_dt(h.at)} ({_plural(len(h.message_ids), 'message')})")
-            click.echo("      " + h.text.replace("\n", "\n      "))
+            _echo(f"[{h.id}] {_dt(h.at)} ({_plural(len(h.message_ids), 'message')})")
+            _echo("      " + h.text.replace("\n", "\n      "))
 
 
 @main.command("process")
@@ -438,9 +535,9 @@ def process_cmd(db: str, config: str | None, llm: str | None, api_base: str | No
         _emit({"steps": report.steps, "pending": report.pending, "seconds": round(report.seconds, 3),
                "stale": report.stale, "stats": st})
         return
-    click.echo(f"ran {_plural(report.steps, 'step')} in {report.seconds:.1f}s; "
+    _echo(f"ran {_plural(report.steps, 'step')} in {report.seconds:.1f}s; "
                f"{_plural(report.pending, 'step')} pending")
-    click.echo(_stats_line(st))
+    _echo(_stats_line(st))
 
 
 @main.command()
@@ -448,7 +545,7 @@ def process_cmd(db: str, config: str | None, llm: str | None, api_base: str | No
 @json_option
 def stats(db: str, config: str | None, as_json: bool) -> None:
     """Counts of messages, structure, facts and LLM calls."""
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         st = mem.stats()
     if as_json:
         _emit(st)
@@ -482,7 +579,7 @@ def _print_timeline(mem: Memory, *, width: int = 100, trajectory: int | None = N
     segs = {s.id: s for s in seg_list}
     texts = {m.id: m for m in mem.messages()} if segs else {}
     if not texts:
-        click.echo("empty memory: no messages yet" if not mem.stats()["messages"] else "no segments match")
+        _echo("empty memory: no messages yet" if not mem.stats()["messages"] else "no segments match")
         return
     groups: list[tuple[str, list[Any]]] = []
     for t in trajs:
@@ -493,18 +590,18 @@ def _print_timeline(mem: Memory, *, width: int = 100, trajectory: int | None = N
     if open_segs:
         groups.append(("Not yet linked to a trajectory", open_segs))
     for title, ss in groups:
-        click.secho(title, bold=True)
+        _echo(title, bold=True)
         for s in ss:
-            click.echo(f"  Segment {s.id} [{_dt(s.start)}] {s.label}")
+            _echo(f"  Segment {s.id} [{_dt(s.start)}] {s.label}")
             for mid in s.message_ids:
                 m = texts.get(mid)
                 if m is None:
                     continue
                 line = f"{m.speaker}: {_one_line(m.text)}"
-                click.echo("    " + (line if len(line) <= width else line[: width - 1] + "…"))
+                _echo("    " + (line if len(line) <= width else line[: width - 1] + "…"))
     if omitted:
         which = "later" if since is not None else "earlier"
-        click.echo(f"… {_plural(omitted, 'more segment')} ({which}): --limit 0 shows all, --since DATE starts later")
+        _echo(f"… {_plural(omitted, 'more segment')} ({which}): --limit 0 shows all, --since DATE starts later")
 
 
 @main.command()
@@ -516,7 +613,7 @@ def _print_timeline(mem: Memory, *, width: int = 100, trajectory: int | None = N
 @json_option
 def show(db: str, config: str | None, trajectory: int | None, since: str | None, limit: int, as_json: bool) -> None:
     """Print segments grouped by trajectory as a timeline."""
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         if as_json:
             trajs, segs, omitted = _timeline(mem, trajectory, since, limit)
             ids = {m for s in segs for m in s.message_ids}
@@ -544,16 +641,16 @@ def ask(question: str, db: str, config: str | None, llm: str | None, api_base: s
     if as_json:
         _emit({"question": question, **to_jsonable(a)})
         return
-    click.secho(a.text, bold=True)
+    _echo(a.text, bold=True)
     if a.extractive:
-        click.echo("(extractive answer: the most relevant stored sentence; configure --llm for a generated one)")
+        _echo("(extractive answer: the most relevant stored sentence; configure --llm for a generated one)")
     for f in a.facts:
         old = f"  [superseded {_day(f.valid_to)}]" if f.valid_to is not None else ""
-        click.echo(f"  fact {f.kind}#{f.id}: {_clip(f.stmt)}{old}  ({_messages_ref(f.message_ids)})")
+        _echo(f"  fact {f.kind}#{f.id}: {_clip(f.stmt)}{old}  ({_messages_ref(f.message_ids)})")
     for e in a.evidence[:show_evidence]:
-        click.echo(f"  [{_day(e.local_at)}] #{_ids(e.message_ids)} {e.speaker}: {_clip(e.stmt)}")
+        _echo(f"  [{_day(e.local_at)}] #{_ids(e.message_ids)} {e.speaker}: {_clip(e.stmt)}")
     if len(a.evidence) > show_evidence:
-        click.echo(f"  … {_plural(len(a.evidence) - show_evidence, 'more evidence item')} (--evidence N or --json)")
+        _echo(f"  … {_plural(len(a.evidence) - show_evidence, 'more evidence item')} (--evidence N or --json)")
 
 
 def _clip(text: str, width: int = 110) -> str:
@@ -570,12 +667,12 @@ def _clip(text: str, width: int = 110) -> str:
 def context(question: str, db: str, config: str | None, budget: int, speakers: tuple[str, ...],
             sessions: tuple[str, ...], since: str | None, until: str | None, as_json: bool) -> None:
     """Print a ready-to-paste memory context for QUESTION (no LLM call, nothing written)."""
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         c = mem.context(question, budget_tokens=budget, **_filters(speakers, sessions, since, until))
     if as_json:
         _emit({**to_jsonable(c), "message_ids": c.message_ids})
     else:
-        click.echo(c.text)
+        _echo(c.text)
 
 
 @main.command()
@@ -595,23 +692,23 @@ def facts(db: str, config: str | None, subject: str | None, ftype: str | None, i
     if active and any(flt.values()):
         raise click.UsageError("--speaker/--session/--since/--until filter CoreFacts, not --active")
     if active:
-        with _open(db, config) as mem:
+        with _open(db, config, read_only=True) as mem:
             actives = mem.active_facts()
         if as_json:
             _emit({"active_facts": actives})
         elif not actives:
-            click.echo("no ActiveFacts yet (they are promoted from the evidence of questions asked with `memsif ask`)")
+            _echo("no ActiveFacts yet (they are promoted from the evidence of questions asked with `memsif ask`)")
         else:
             _table(["id", "subject", "messages", "statement"],
                    [(a.id, a.subject, _ids(a.message_ids), _one_line(a.stmt)) for a in actives], right=[0])
         return
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         core = mem.facts(subject=subject, type=ftype, include_superseded=include_superseded, **flt)
     if as_json:
         _emit({"facts": core})
     elif not core:
         filtered = subject is not None or ftype is not None or any(flt.values())
-        click.echo("no CoreFacts match" if filtered else "no CoreFacts yet")
+        _echo("no CoreFacts match" if filtered else "no CoreFacts yet")
     else:
         headers = ["id", "type", "subject", "since"] + (["until"] if include_superseded else []) + ["statement"]
         rows = [[f.id, f.type, f.subject, _day(f.valid_from)] + ([_day(f.valid_to)] if include_superseded else [])
@@ -623,18 +720,23 @@ def facts(db: str, config: str | None, subject: str | None, ftype: str | None, i
 @file_options
 @click.option("--message", "message_id", type=int, default=None, help="Message id to forget.")
 @click.option("--fact", "fact_id", type=int, default=None, help="CoreFact id to forget.")
+@click.option("--source-id", default=None, help="Forget the messages with this source id (see --speaker).")
+@click.option("--speaker", default=None, help="With --source-id: only this speaker's message.")
 @json_option
-def forget(db: str, config: str | None, message_id: int | None, fact_id: int | None, as_json: bool) -> None:
-    """Delete a message (and everything derived only from it) or a fact."""
-    if (message_id is None) == (fact_id is None):
-        raise click.UsageError("give exactly one of --message ID or --fact ID")
-    kind, ident = ("message", message_id) if message_id is not None else ("fact", fact_id)
+def forget(db: str, config: str | None, message_id: int | None, fact_id: int | None, source_id: str | None,
+           speaker: str | None, as_json: bool) -> None:
+    """Delete a message (and everything derived only from it), a fact, or the messages with a source id."""
+    if sum(x is not None for x in (message_id, fact_id, source_id)) != 1:
+        raise click.UsageError("give exactly one of --message ID, --fact ID or --source-id ID")
+    if speaker is not None and source_id is None:
+        raise click.UsageError("--speaker goes with --source-id")
+    kind = "fact" if fact_id is not None else "message"
     with _open(db, config) as mem:
-        mem.forget(message_id=message_id, fact_id=fact_id)
+        ids = mem.forget(message_id=message_id, fact_id=fact_id, source_id=source_id, speaker=speaker)
     if as_json:
-        _emit({"forgot": kind, "id": ident})
+        _emit({"forgot": kind, "id": ids[0]} if source_id is None else {"forgot": kind, "ids": ids})
     else:
-        click.echo(f"forgot {kind} {ident}")
+        _echo(f"forgot {kind} {ids[0]}" if len(ids) == 1 else f"forgot {kind}s {', '.join(map(str, ids))}")
 
 
 @main.command()
@@ -657,37 +759,38 @@ def merge(other: str, db: str, config: str | None, dry_run: bool, later: bool, a
         _emit({**report.to_dict(), "db": db, "stats": st})
         return
     verb = "would add" if dry_run else "added"
-    click.echo(f"{verb} {_plural(report.added, 'message')} from {other} "
+    _echo(f"{verb} {_plural(report.added, 'message')} from {other} "
                f"({report.skipped_present} already here, {report.skipped_forgotten} forgotten on one side); "
                f"{'would remove' if dry_run else 'removed'} {report.removed_by_tombstones} forgotten there"
                + (f"; {report.re_embedded} re-embedded with this file's model" if report.re_embedded else ""))
     if report.rebuilt_from:
-        click.echo(f"structure {'to rebuild' if dry_run else 'rebuilt'} from {report.rebuilt_from}"
+        _echo(f"structure {'to rebuild' if dry_run else 'rebuilt'} from {report.rebuilt_from}"
                    + (f" ({_plural(report.replayed, 'message')} placed again)" if report.replayed else ""))
     for line in report.facts_added:
-        click.echo(f"  + fact {line}")
+        _echo(f"  + fact {line}")
     for line in report.facts_superseded:
-        click.echo(f"  ~ superseded {line}")
+        _echo(f"  ~ superseded {line}")
     for line in report.facts_removed:
-        click.echo(f"  - fact {line}")
+        _echo(f"  - fact {line}")
     if report.pending_steps:
-        click.echo(f"{_plural(report.pending_steps, 'step')} pending (run `memsif process --db {db}`)")
-    click.echo(_stats_line(st))
+        _echo(f"{_plural(report.pending_steps, 'step')} pending (run `memsif process --db {db}`)")
+    _echo(_stats_line(st))
 
 
 @main.command("export")
 @file_options
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to write.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to write (a new one).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @json_option
-def export_cmd(db: str, config: str | None, out: str, as_json: bool) -> None:
-    """Export everything to JSON lines (import it with `memsif import`)."""
+def export_cmd(db: str, config: str | None, out: str, force: bool, as_json: bool) -> None:
+    """Export everything to JSON lines (import it with `memsif import`), readable by its owner only."""
     _writable_parent(out)
-    with _open(db, config) as mem:
-        n = mem.export_to(out)
+    with _open(db, config, read_only=True) as mem:
+        n = mem.export_to(out, overwrite=force)
     if as_json:
         _emit({"db": db, "out": out, "lines": n})
     else:
-        click.echo(f"wrote {_plural(n, 'line')} to {out}")
+        _echo(f"wrote {_plural(n, 'line')} to {out}")
 
 
 @main.command("import")
@@ -696,23 +799,43 @@ def export_cmd(db: str, config: str | None, out: str, as_json: bool) -> None:
 @json_option
 def import_cmd(file: str, db: str, config: str | None, as_json: bool) -> None:
     """Load an export (from `memsif export`) into a fresh memory file, creating it if needed."""
-    created = not Path(db).exists()
     try:
-        with _open(db, config, create=True) as mem:
+        with _built_aside(db) as path, _open(path, config, create=True) as mem:
             counts = mem.import_from(file)
             st = mem.stats()
-    except BaseException as e:
-        if created:  # the import is one transaction: do not leave the empty file it was meant to fill
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(db + suffix).unlink(missing_ok=True)
-        if isinstance(e, UnicodeDecodeError):
-            raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start}); "
-                                       "expected an export written by `memsif export`") from None
-        raise
+    except UnicodeDecodeError as e:
+        raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                                   "expected an export written by `memsif export`") from None
     if as_json:
         _emit({"file": file, "db": db, "imported": counts, "stats": st})
     else:
-        click.echo(f"imported {_plural(counts.get('messages', 0), 'message')}; {_stats_line(st)}")
+        _echo(f"imported {_plural(counts.get('messages', 0), 'message')}; {_stats_line(st)}")
+
+
+@contextlib.contextmanager
+def _built_aside(db: str) -> Iterator[str]:
+    """Where to build ``db``: itself if it exists; else a new file of a random name beside it,
+    linked into place once the block succeeded. So a failed import leaves no file behind, and
+    nothing this command did not create is ever removed (not a file another process made there
+    meanwhile: then the import fails and that file stays as it is)."""
+    if Path(db).exists():
+        yield db
+        return
+    if click.get_current_context().meta.get("memsif.home_file"):
+        make_private_dirs(Path(db).parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{Path(db).name}.", suffix=".new", dir=Path(db).parent)
+    os.close(fd)  # an empty file, which Memory makes a memory file
+    try:
+        yield tmp
+        try:
+            os.link(tmp, db)
+        except OSError:
+            if os.path.lexists(db):
+                raise MemoryFileError(f"{db} appeared while importing; it was left as it is") from None
+            os.replace(tmp, db)  # a file system without hard links
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(tmp + suffix).unlink(missing_ok=True)
 
 
 @main.command()
@@ -722,12 +845,12 @@ def import_cmd(file: str, db: str, config: str | None, as_json: bool) -> None:
 def backup(dest: str, db: str, config: str | None, as_json: bool) -> None:
     """Write a consistent copy of the memory file to DEST (safe while others write)."""
     _writable_parent(dest)
-    with _open(db, config) as mem:
+    with _open(db, config, read_only=True) as mem:
         mem.backup(dest)
     if as_json:
         _emit({"db": db, "dest": dest, "bytes": Path(dest).stat().st_size})
     else:
-        click.echo(f"backed up to {dest}")
+        _echo(f"backed up to {dest}")
 
 
 @main.command()
@@ -740,7 +863,7 @@ def check(db: str, config: str | None, as_json: bool) -> None:
         problems = [f"no such file: {db}"]
     else:
         try:
-            with _open(db, config) as mem:
+            with _open(db, config, read_only=True) as mem:
                 problems = list(mem.check())
                 st = mem.stats()
         except MemsifError as e:
@@ -748,11 +871,11 @@ def check(db: str, config: str | None, as_json: bool) -> None:
     if as_json:
         _emit({"ok": not problems, "problems": problems, "stats": st})
     elif problems:
-        click.echo("NOT OK:")
+        _echo("NOT OK:")
         for p in problems:
-            click.echo(f"  - {p}")
+            _echo(f"  - {p}")
     else:
-        click.echo(f"OK: a memsif memory file (schema, integrity, full-text index and vectors check out); "
+        _echo(f"OK: a memsif memory file (schema, integrity, full-text index and vectors check out); "
                    f"{_plural(st['messages'], 'message')}, {_plural(st['segments'], 'segment')}, "
                    f"{_plural(st['core_facts'], 'fact')}")
     if problems:
@@ -798,36 +921,36 @@ def demo(db: str | None, config: str | None) -> None:
             _ingest(mem, items, label="building the demo memory")  # a second run adds nothing
             _tour(mem, f"{where}: built in {time.perf_counter() - t0:.1f}s, offline (no LLM configured)")
     if db is not None:
-        click.echo(f"\nDone. The demo memory stays in {db}: try memsif search --db {db} \"where does Maya live?\"")
+        _echo(f"\nDone. The demo memory stays in {db}: try memsif search --db {db} \"where does Maya live?\"")
     else:
-        click.echo("\nDone. Try: memsif ingest FILE --db my.db && memsif search --db my.db \"...\"")
+        _echo("\nDone. Try: memsif ingest FILE --db my.db && memsif search --db my.db \"...\"")
 
 
 def _tour(mem: Memory, title: str) -> None:
-    click.secho(f"\n{title}", bold=True)
+    _echo(f"\n{title}", bold=True)
     _print_stats(mem.stats(), indent="  ")
-    click.secho("\nStructure: Topical Segments grouped into Event Trajectories", bold=True)
+    _echo("\nStructure: Topical Segments grouped into Event Trajectories", bold=True)
     _print_timeline(mem, width=90)
     for q in ("Which company did Maya join?", "Where does Maya live now?"):
-        click.secho(f"\nsearch: {q}", bold=True)
+        _echo(f"\nsearch: {q}", bold=True)
         for h in mem.search(q, k=3):
-            click.echo(f"  [{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
+            _echo(f"  [{h.id}] {_dt(h.at)} {h.speaker}: {h.text}")
     q = "What did Leo do with his running shoes?"
-    click.secho(f"\nsearch by segment: {q}", bold=True)
+    _echo(f"\nsearch by segment: {q}", bold=True)
     for h in mem.search(q, k=1, level="segment"):
-        click.echo("  " + h.text.replace("\n", "\n  "))
+        _echo("  " + h.text.replace("\n", "\n  "))
     core = mem.facts(include_superseded=True)
     if core:
-        click.secho("\nCoreFacts extracted offline (with history)", bold=True)
+        _echo("\nCoreFacts extracted offline (with history)", bold=True)
         for f in core[:14]:
             until = f"  [superseded {_day(f.valid_to)}]" if f.valid_to else ""
-            click.echo(f"  {f.type:10} {f.stmt}{until}")
+            _echo(f"  {f.type:10} {f.stmt}{until}")
     for q in ("Who is Maya's manager?", "What is the name of Leo's dog?"):
         a = mem.ask(q, budget_tokens=400)
-        click.secho(f"\nask: {q}", bold=True)
-        click.echo(f"  {a.text}\n  (extractive answer, offline; {a.tokens_in} context tokens; best evidence:)")
+        _echo(f"\nask: {q}", bold=True)
+        _echo(f"  {a.text}\n  (extractive answer, offline; {a.tokens_in} context tokens; best evidence:)")
         for e in a.evidence[:3]:
-            click.echo(f"    [{_day(e.at)}] #{_ids(e.message_ids)} {e.speaker}: {e.stmt[:100]}")
+            _echo(f"    [{_day(e.at)}] #{_ids(e.message_ids)} {e.speaker}: {e.stmt[:100]}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,15 @@ value of that slot then ends — or when the slot holds one value only (name, ag
 favourite); else Add ("I live in De Pijp" after "I live in Amsterdam" refines, it does not
 replace). Every change is written to ``fact_history``.
 
+Whose facts a candidate may touch (message text comes from anyone, and an LLM may obey text
+written in it): the operation is chosen among current facts of the candidate's own subject only
+(subjects compared by :func:`same_subject`), and a chooser's answer naming any other fact falls
+back to the offline rule. A candidate may Update, Merge into or Supersede an existing fact only
+when every message it cites was said by its subject; a candidate about someone else ("Maya moved
+to Porto", said by Mallory, is a legitimate fact about Maya) gets the offline rule's operation
+— Merge into an exact duplicate, else Add — so what one speaker says never rewrites or ends
+another's fact, whatever the LLM answers.
+
 The offline extractor only turns first-person sentences of these shapes into facts, precision
 first: a statement whose object would be cut mid-phrase (too long, ending in "like our", a
 trailing "three years") is dropped, never stored truncated; first-person words inside the object
@@ -53,11 +62,12 @@ from .db import Database, FactRow, MessageRow, from_messages
 from .llm import LLM, Prompt
 from .segments import StaleError
 from .entities import normalise
+from .fulltext import compose
 from .timeutil import now_stored
 
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
            "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
-           "extract_offline"]
+           "extract_offline", "same_subject"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -174,6 +184,11 @@ _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
                                r"\bI(?:'ll| will| plan to) ([^.!?]+)"),
      lambda s, m, d: f"{s} plans to {_plan(m.group(1) or m.group(2))}", False),
 ]
+
+
+def same_subject(a: str, b: str) -> bool:
+    """One subject written two ways: case and Unicode composition aside ("maya" is "Maya")."""
+    return compose(a).lower() == compose(b).lower()
 
 
 def _obj(text: str, max_words: int = 8) -> str:
@@ -381,11 +396,11 @@ class OfflineOperationChooser:
     def choose(self, c: Candidate, related: Sequence[FactRow]) -> Operation:
         key = normalise(c.stmt)
         for r in related:
-            if r.subject.lower() == c.subject.lower() and r.type == c.type and normalise(r.stmt) == key:
+            if same_subject(r.subject, c.subject) and r.type == c.type and normalise(r.stmt) == key:
                 return Operation("merge", r.id, r.stmt)
         if c.slot:
             for r in related:
-                if (r.subject.lower() == c.subject.lower() and r.slot == c.slot and r.valid_from < c.at
+                if (same_subject(r.subject, c.subject) and r.slot == c.slot and r.valid_from < c.at
                         and (c.change or c.slot in ALWAYS_SINGLE or c.slot.startswith("favourite "))):
                     return Operation("supersede", r.id, c.stmt)
         return Operation("add", None, c.stmt)
@@ -403,7 +418,7 @@ class LLMOperationChooser:
         got = self.llm.complete(prompts.fact_operation(c.subject, c.type, c.stmt, [r.stmt for r in related]))
         if got is None:
             return self.fallback.choose(c, related)
-        name, target, stmt = got
+        name, target, stmt = got  # the prompt's reply type admits only the numbers of ``related``
         return Operation(name, related[target].id if target is not None else None, stmt or c.stmt)
 
 
@@ -443,22 +458,40 @@ class CoreFactWriter:
                                      structure.trajectory_context(segment_id, 6))
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
-        """Current facts with the same subject and type, plus the most similar ones."""
+        """Current facts of the candidate's subject: those of its type, plus the most similar ones
+        (no other subject's fact is ever shown to the chooser)."""
         facts = self.db.facts
-        rows = facts.current_like(c.subject, c.type)
+        rows = [r for r in facts.current_like(c.subject, c.type) if same_subject(r.subject, c.subject)]
         have = {r.id for r in rows}
         for fid, _ in facts.nearest(vec, k):
             if fid not in have:
                 r = facts.current(fid)
-                if r is not None:
+                if r is not None and same_subject(r.subject, c.subject):
                     rows.append(r)
                     have.add(fid)
         return rows[:k + 5]
 
     def decide(self, c: Candidate) -> FactDecision:
+        """The operation for a candidate (module docstring: only facts of its own subject, and only
+        an exact-duplicate Merge or an Add when someone else said it), whatever the chooser says."""
         vec = self.embed_passages([c.stmt])[0]
         related = self.related(c, vec)
-        return FactDecision(self.chooser.choose(c, related), vec, tuple((r.id, r.stmt) for r in related))
+        offline = OfflineOperationChooser()
+        if not self._said_by_subject(c):
+            op = offline.choose(c, related)
+        else:
+            op = self.chooser.choose(c, related)
+            if op.name != "add" and op.target not in {r.id for r in related}:
+                log.warning("fact operation %s on fact %s refused: not a current fact of %r", op.name, op.target,
+                            c.subject)
+                op = offline.choose(c, related)
+        return FactDecision(op, vec, tuple((r.id, r.stmt) for r in related))
+
+    def _said_by_subject(self, c: Candidate) -> bool:
+        """Whether every message the candidate cites was said by its subject."""
+        got = self.db.messages.many(list(c.message_ids))
+        return bool(c.message_ids) and all(m in got and same_subject(got[m].speaker, c.subject)
+                                           for m in c.message_ids)
 
     def apply(self, c: Candidate, d: FactDecision) -> int:
         """Write the decision (inside a write transaction); returns the fact id touched. Raises

@@ -10,10 +10,15 @@ cosine levels used to normalise the semantic score), the ONNX file and ``tokeniz
 load from the same 4-bit weights (:mod:`memsif_lite.q4`), so the bundled models share one set of
 weights (models/README.md).
 
-A file records the id of the model that wrote it; :func:`resolve_embedder` turns such an id back
-into an embedder (the bundled models by id, ``litellm:MODEL`` through the registry, a model
-directory by path), the way simonw/llm resolves a collection's model, so any file can be opened
-without naming its model again. :class:`Embeddings` adds the caches the pipelines share.
+What the caller configures, :func:`resolve_embedder` turns into an embedder: a bundled model's id,
+``litellm:MODEL``, a prefix the caller registered, or a model directory. A file records the id of
+the model that wrote it, and :func:`recorded_embedder` turns that id back into an embedder the way
+simonw/llm resolves a collection's model, so a file can be reopened without naming its model again,
+but only among what this install and its caller chose: a bundled model's id, or a prefix the caller
+registered (:func:`register_embedder`). A file comes from anyone: an id naming an API (which would
+send the user's queries, with their API key, where the file says) or a directory (a model to load
+from a path the file chooses) is refused, and the caller names such a model to open the file.
+:class:`Embeddings` adds the caches the pipelines share.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .errors import EmbeddingError
+from .errors import EmbeddingError, EmbeddingMismatchError
 from .q4 import dequant_q4, encoder_initializers
 
 __all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable", "default_model_dir",
            "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
-           "ENPT_MODEL", "EXACT_MODEL", "resolve_embedder", "register_embedder", "bundled_models", "validate_vectors"]
+           "ENPT_MODEL", "EXACT_MODEL", "resolve_embedder", "recorded_embedder", "register_embedder", "bundled_models",
+           "validate_vectors"]
 
 log = logging.getLogger("memsif_lite")
 #: the bundled model with the full XLM-R vocabulary (every script): the default for new files
@@ -363,13 +369,16 @@ _FACTORIES: dict[str, EmbedderFactory] = {}
 
 def register_embedder(prefix: str, factory: EmbedderFactory) -> None:
     """Make ``PREFIX:NAME`` model ids resolvable: ``factory(NAME, sem_levels)`` builds the
-    embedder (``sem_levels`` is what the file recorded, or None for a new file)."""
+    embedder (``sem_levels`` is what the file recorded, or None for a new file). A file that
+    records such an id then opens without naming its model: registering is the caller's choice
+    of what any file may name (registering ``litellm`` lets files name any litellm model)."""
     if not prefix or ":" in prefix:
         raise ValueError("an embedder prefix is a non-empty name without ':'")
     _FACTORIES[prefix] = factory
 
 
-register_embedder("litellm", lambda name, levels: LiteLLMEmbedder(name, sem_levels=levels or (0.0, 1.0)))
+def _litellm(name: str, levels: tuple[float, float] | None) -> Embedder:
+    return LiteLLMEmbedder(name, sem_levels=levels or (0.0, 1.0))
 
 
 def bundled_models() -> dict[str, Path]:
@@ -399,23 +408,49 @@ def bundled_tokenizer(model_id: str) -> Any:
         raise EmbeddingError(f"cannot read the tokenizer of {model_id}: {e}") from e
 
 
-def resolve_embedder(spec: str | None, *, sem_levels: tuple[float, float] | None = None) -> Embedder:
-    """An embedder for a model id or spec: ``None`` (the bundled default), a bundled model's id,
-    ``PREFIX:NAME`` for a registered prefix (``litellm:openai/text-embedding-3-small``), or a
-    directory holding an ONNX model."""
-    if spec is None:
-        return OnnxEmbedder()
+def _bundled_or_registered(spec: str, sem_levels: tuple[float, float] | None) -> Embedder | None:
     bundled = bundled_models()
     if spec in bundled:
         return OnnxEmbedder(bundled[spec])
     prefix, sep, name = spec.partition(":")
     if sep and prefix in _FACTORIES:
         return _FACTORIES[prefix](name, sem_levels)
+    return None
+
+
+def resolve_embedder(spec: str | None, *, sem_levels: tuple[float, float] | None = None) -> Embedder:
+    """An embedder for a model the caller configures: ``None`` (the bundled default), a bundled
+    model's id, ``PREFIX:NAME`` for a registered prefix or ``litellm:NAME``
+    (``litellm:openai/text-embedding-3-small``), or a directory holding an ONNX model."""
+    if spec is None:
+        return OnnxEmbedder()
+    if (known := _bundled_or_registered(spec, sem_levels)) is not None:
+        return known
+    prefix, sep, name = spec.partition(":")
+    if sep and prefix == "litellm":
+        return _litellm(name, sem_levels)
     if Path(spec).is_dir():
         return OnnxEmbedder(spec)
+    bundled = bundled_models()
     raise EmbeddingError(f"unknown embedding model {spec!r}: not bundled ({', '.join(sorted(bundled))}), "
-                         f"no registered prefix ({', '.join(sorted(_FACTORIES))}) and not a model directory; "
-                         "pass embedder=... to open this file")
+                         f"no registered prefix ({', '.join(sorted([*_FACTORIES, 'litellm']))}) "
+                         "and not a model directory")
+
+
+def recorded_embedder(model_id: str, *, sem_levels: tuple[float, float] | None = None) -> Embedder:
+    """The embedder for the model id a file records, among what this install and its caller chose
+    only: a bundled model's id, or ``PREFIX:NAME`` for a prefix the caller registered. Anything
+    else (``litellm:...``, a directory, an unknown name) is refused with an
+    :class:`EmbeddingMismatchError` naming it, before anything is loaded or connected: a file must
+    not choose where memsif connects or what it loads."""
+    if (known := _bundled_or_registered(model_id, sem_levels)) is not None:
+        return known
+    bundled = bundled_models()
+    raise EmbeddingMismatchError(
+        f"the memory file names the embedding model {model_id!r}: unknown embedding model {model_id!r}, not "
+        f"bundled ({', '.join(sorted(bundled))}) or registered by the caller; a file may not choose an "
+        "embedding API or a model path. If you trust it, name its model to open it: "
+        f"Config(embedding_model={model_id!r}) (--config on the command line) or embedder=...")
 
 
 def load_embedder(spec: str | None) -> Embedder:

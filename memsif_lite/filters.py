@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any, Sequence
 
+from .checks import check_text
 from .errors import InvalidInputError
 from .timeutil import to_stored
 
@@ -51,11 +52,7 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
         s = " ".join(str(v).split())
         if not s or len(s) > 200:
             raise InvalidInputError(f"{what} must be 1-200 characters each")
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInputError(f"{what} must be valid Unicode text") from None
-        out.append(s)
+        out.append(check_text(s, what))
     if len(out) > MAX_VALUES:
         raise InvalidInputError(f"at most {MAX_VALUES} {what}")
     return tuple(dict.fromkeys(out))

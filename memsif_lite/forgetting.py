@@ -17,10 +17,12 @@ longer holds is withdrawn).
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from .active_facts import ActiveFactStore
+from .checks import check_id, check_text
 from .db import Database, Unit
 from .db.merge import tombstone_hash
 from .errors import InvalidInputError, NotFoundError
@@ -29,19 +31,41 @@ from .timeutil import now_stored, to_stored
 __all__ = ["forget", "forget_message", "forget_fact", "recompute_unit"]
 
 
-def forget(db: Database, active_store: ActiveFactStore, *, message_id: int | None, fact_id: int | None) -> None:
-    """``Memory.forget``: exactly one of a message or a CoreFact, in one transaction."""
-    if (message_id is None) == (fact_id is None):
-        raise InvalidInputError("give exactly one of message_id or fact_id")
+def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = None, fact_id: Any = None,
+           source_id: Any = None, speaker: Any = None) -> list[int]:
+    """``Memory.forget``: exactly one of a message id, a CoreFact id, or a ``source_id`` (every
+    message with it, of ``speaker`` when given), in one transaction. Returns the ids forgotten.
+    Ids are never reused (sql/0010), so an id read earlier can only miss, never hit another message."""
+    if sum(x is not None for x in (message_id, fact_id, source_id)) != 1:
+        raise InvalidInputError("give exactly one of message_id, fact_id or source_id")
+    if speaker is not None and source_id is None:
+        raise InvalidInputError("speaker narrows a source_id; give source_id too")
+    if message_id is not None:
+        check_id(message_id, "message_id")
+    if fact_id is not None:
+        check_id(fact_id, "fact_id")
+    if source_id is not None:
+        check_text(source_id, "source_id")
+        if speaker is not None:
+            speaker = " ".join(check_text(speaker, "speaker").split())  # as ingest stores it
     with db.write():
-        if message_id is not None:
-            if not db.messages.exists(message_id):
-                raise NotFoundError(f"no message with id {message_id}")
-            forget_message(db, message_id, active_store)
-        elif fact_id is not None:
+        if fact_id is not None:
             if not db.facts.exists(fact_id):
                 raise NotFoundError(f"no fact with id {fact_id}")
             forget_fact(db, fact_id)
+            return [fact_id]
+        if message_id is not None:
+            if not db.messages.exists(message_id):
+                raise NotFoundError(f"no message with id {message_id}")
+            ids = [message_id]
+        else:
+            ids = db.messages.with_source(source_id, speaker)
+            if not ids:
+                who = f" from {speaker}" if speaker is not None else ""
+                raise NotFoundError(f"no message{who} with source id {source_id!r}")
+        for mid in ids:
+            forget_message(db, mid, active_store)
+        return ids
 
 
 def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> None:

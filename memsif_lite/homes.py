@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, MemoryFileError
 from .memory import Memory
 
 __all__ = ["default_home", "validate_name", "memory_path", "open_memory", "make_private_dirs"]
@@ -68,16 +68,25 @@ def validate_name(name: Any, what: str = "user") -> str:
 
 
 def memory_path(user: str | None = None, agent: str | None = None, *, home: str | Path | None = None) -> Path:
-    """The file of ``user`` and/or ``agent`` under ``home`` (see the module docstring); nothing is created."""
+    """The file of ``user`` and/or ``agent`` under ``home`` (see the module docstring); nothing is
+    created. A symlink inside the home (the file or a directory on its way) is refused with
+    MemoryFileError: a link ``users/eve.db -> bob.db`` would hand eve bob's memory."""
     if user is None and agent is None:
         raise InvalidInputError("give a user, an agent or both")
     root = Path(home).expanduser() if home is not None else default_home()
     if user is None:
-        return root / "agents" / f"{validate_name(agent, 'agent')}.db"
-    u = validate_name(user, "user")
-    if agent is None:
-        return root / "users" / f"{u}.db"
-    return root / "users" / u / f"{validate_name(agent, 'agent')}.db"
+        parts = ["agents", f"{validate_name(agent, 'agent')}.db"]
+    elif agent is None:
+        parts = ["users", f"{validate_name(user, 'user')}.db"]
+    else:
+        parts = ["users", validate_name(user, "user"), f"{validate_name(agent, 'agent')}.db"]
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            raise MemoryFileError(f"{path} is a symbolic link: memory files under a memory home must be plain "
+                                  "files (remove the link)")
+    return path
 
 
 def open_memory(user: str | None = None, agent: str | None = None, *, home: str | Path | None = None,

@@ -19,21 +19,39 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import InvalidInputError
+from .ingest import MessageIn
 from .timeutil import parse_locomo_date
 
 __all__ = ["read_jsonl", "jsonl_lines", "read_locomo", "locomo_samples", "locomo_turns", "read_any", "read_labeled",
-           "parse_speaker_map"]
+           "parse_speaker_map", "SpeakerMap", "check_messages"]
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 
 _KEYS = ("speaker", "text", "at", "session", "source_id")
+_BOM = "\ufeff"
 _CHAT = frozenset({"role", "content"})
 
 
-def parse_speaker_map(spec: str | None) -> dict[str, str]:
+class SpeakerMap(dict[str, str]):
+    """Role → speaker name for chat lines; remembers the roles it was asked about, so that a
+    mapped role no line has (a typo, ``system`` in a file without one) can be reported."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.seen: set[str] = set()
+
+    def speaker(self, role: str) -> str:
+        self.seen.add(role)
+        return self.get(role, role)
+
+    def unused(self) -> list[str]:
+        return sorted(set(self) - self.seen)
+
+
+def parse_speaker_map(spec: str | None) -> SpeakerMap:
     """``"user=Ana,assistant=Bot"`` → ``{"user": "Ana", "assistant": "Bot"}``."""
-    out: dict[str, str] = {}
+    out = SpeakerMap()
     for part in (spec or "").split(","):
         if not part.strip():
             continue
@@ -44,7 +62,14 @@ def parse_speaker_map(spec: str | None) -> dict[str, str]:
     return out
 
 
-def _item(obj: Any, where: str, speaker_map: Mapping[str, str]) -> dict[str, Any]:
+def check_messages(messages: Iterable[Any], max_chars: int) -> None:
+    """Validate message dicts as :meth:`Memory.add_many` will, without a memory file: a command
+    refuses bad input before it creates anything (raises :class:`InvalidMessageError`)."""
+    for i, m in enumerate(messages):
+        MessageIn.from_mapping(m, index=i, max_chars=max_chars)
+
+
+def _item(obj: Any, where: str, speaker_map: SpeakerMap) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise InvalidInputError(f"{where}: expected an object")
     obj = {k: v for k, v in obj.items() if v is not None}
@@ -59,7 +84,7 @@ def _item(obj: Any, where: str, speaker_map: Mapping[str, str]) -> dict[str, Any
     item = {k: obj[k] for k in _KEYS if k in obj}
     if chat:
         role = obj.get("role")
-        item["speaker"] = speaker_map.get(role, role) if isinstance(role, str) else role
+        item["speaker"] = speaker_map.speaker(role) if isinstance(role, str) else role
         item["text"] = obj.get("content")
     if "id" in obj and "source_id" not in item:
         item["source_id"] = str(obj["id"])
@@ -68,16 +93,21 @@ def _item(obj: Any, where: str, speaker_map: Mapping[str, str]) -> dict[str, Any
 
 def jsonl_lines(lines: Iterable[str], name: str, speaker_map: Mapping[str, str] | None = None
                 ) -> list[tuple[str, dict[str, Any]]]:
-    """``(name:line, message dict)`` for every non-blank line; a bad line raises with its number."""
+    """``(name:line, message dict)`` for every non-blank line; a bad line raises with its number.
+    A UTF-8 byte-order mark (Windows tools write one) is skipped on the first line. Roles looked
+    up in a :class:`SpeakerMap` are recorded in it."""
+    smap = speaker_map if isinstance(speaker_map, SpeakerMap) else SpeakerMap(speaker_map or {})
     out = []
     for n, line in enumerate(lines, start=1):
+        if n == 1:
+            line = line.removeprefix(_BOM)
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"{name}:{n}: not JSON ({e})") from None
-        out.append((f"{name}:{n}", _item(obj, f"{name}:{n}", speaker_map or {})))
+        out.append((f"{name}:{n}", _item(obj, f"{name}:{n}", smap)))
     return out
 
 
@@ -123,7 +153,7 @@ def locomo_turns(conversation: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def read_locomo(path: str | Path) -> list[list[dict[str, Any]]]:
     """Every conversation in a LoCoMo file, each as a list of message dicts."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
     except (OSError, json.JSONDecodeError) as e:
         raise InvalidInputError(f"cannot read {path}: {e}") from None
     return [list(locomo_turns(s["conversation"])) for s in locomo_samples(data)]
@@ -140,7 +170,9 @@ def read_any(path: str | Path) -> list[dict[str, Any]]:
 def read_labeled(text: str, name: str, speaker_map: Mapping[str, str] | None = None
                  ) -> list[tuple[str, dict[str, Any]]]:
     """``(where, message dict)`` from the text of a JSONL or LoCoMo file (by content): ``where``
-    is ``name:LINE`` for JSONL, ``name: conversation C, session S, turn T`` for LoCoMo."""
+    is ``name:LINE`` for JSONL, ``name: conversation C, session S, turn T`` for LoCoMo. A
+    leading byte-order mark is skipped."""
+    text = text.removeprefix(_BOM)
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
 from .db import Database
@@ -21,13 +22,18 @@ from .entities import extract_entities
 from .errors import InvalidInputError, InvalidMessageError
 from .timeutil import now_stored, to_stored, utc_offset_min
 from .tokens import count_tokens_many
+from .types import Added
 from .int8 import dequantize, quantize
 from .worker import Worker
 
-__all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION"]
+__all__ = ["MessageIn", "IngestPipeline", "MAX_SPEAKER", "MAX_SESSION", "RETRY_WINDOW"]
 
 MAX_SPEAKER = 200
 MAX_SESSION = 200
+#: a message given without a time is stored at "now", so a retry of the same call has another
+#: time: under ``skip_existing`` it is the same message when an earlier call stored the same
+#: speaker, text and session (without a source id) this recently
+RETRY_WINDOW = timedelta(minutes=10)
 _KEYS = frozenset({"speaker", "text", "at", "session", "source_id"})
 
 
@@ -41,6 +47,8 @@ class MessageIn:
     session: str | None
     source_id: str | None
     utc_offset_min: int | None = None
+    #: no time was given: ``at`` is when it was stored (see :data:`RETRY_WINDOW`)
+    untimed: bool = False
 
     @property
     def passage(self) -> str:
@@ -85,7 +93,10 @@ class MessageIn:
         source_id = m.get("source_id")
         if source_id is not None and (not isinstance(source_id, str) or len(source_id) > MAX_SESSION):
             raise bad("source_id must be a short string")
-        return cls(speaker, text, stored_at, session, source_id, None if at is None else utc_offset_min(at))
+        if source_id is not None:
+            _unicode(source_id, "source_id", bad)
+        return cls(speaker, text, stored_at, session, source_id, None if at is None else utc_offset_min(at),
+                   untimed=at is None)
 
 
 def _string(value: Any, name: str, most: int, bad: Callable[[str], InvalidInputError]) -> str:
@@ -117,11 +128,12 @@ class IngestPipeline:
         return [MessageIn.from_mapping(m, index=i, max_chars=self.max_chars) for i, m in enumerate(messages)]
 
     def add(self, rows: list[MessageIn], progress: Callable[[int], None] | None = None, *,
-            process: bool = False, skip_existing: bool = False) -> list[int]:
-        """Store validated messages in one transaction; returns their ids. ``process``: run the
-        queued steps inside the same transaction (only with offline judges: no LLM may be called
-        while it is open). ``skip_existing``: a message already in the file (checked inside the
-        transaction) is skipped, not returned."""
+            process: bool = False, skip_existing: bool = False) -> list[Added]:
+        """Store validated messages in one transaction; returns each one's id and whether it is
+        new. ``process``: run the queued steps inside the same transaction (only with offline
+        judges: no LLM may be called while it is open). ``skip_existing``: a message already in the
+        file (checked inside the transaction: :meth:`present_id`) is not stored again; its row
+        gives the stored message's id, and False."""
         if not rows:
             return []
         passages = [r.passage for r in rows]
@@ -130,12 +142,14 @@ class IngestPipeline:
             vecs = self.embeddings.passages_cached(passages, hashes)
         tokens = count_tokens_many([r.text for r in rows])  # counted once, here, not per query
         created = now_stored()
-        ids: list[int] = []
+        out: list[Added] = []
         skipped = 0
         with self.db.write():
             for r, h, v, n in zip(rows, hashes, vecs, tokens, strict=True):
-                if skip_existing and self.db.filters.already_present(r.speaker, r.text, r.at, r.source_id):
+                present = self.present_id(r, created) if skip_existing else None
+                if present is not None:
                     skipped += 1
+                    out.append(Added(present, False))
                     continue
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
                                               source_id=r.source_id, content_hash=h, created_at=created, vector=v,
@@ -144,9 +158,20 @@ class IngestPipeline:
                 self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))  # added again on purpose
                 if process:  # the stored (int8) direction, exactly what a later step reads back
                     self.worker.hint(mid, dequantize(quantize(v)), extract_entities(r.text))
-                ids.append(mid)
+                out.append(Added(mid, True))
             if process:
                 self.worker.run(progress=progress)
         if progress is not None:
             progress(skipped if process else len(rows))
-        return ids
+        return out
+
+    def present_id(self, r: MessageIn, created: str) -> int | None:
+        """The stored message ``r`` is (the ``skip_existing`` rule): the same ``source_id`` and
+        speaker when it has a source id, else the same speaker, time and text; and, for a message
+        given without a time, one with the same speaker, text and session that an earlier call
+        stored within :data:`RETRY_WINDOW` (a retried call; repeats within one call are kept)."""
+        found = self.db.filters.present_id(r.speaker, r.text, r.at, r.source_id)
+        if found is None and r.untimed and r.source_id is None:
+            since = to_stored(datetime.fromisoformat(r.at) - RETRY_WINDOW)
+            found = self.db.filters.retried_id(r.speaker, r.text, r.session, since, created)
+        return found

@@ -12,6 +12,7 @@ model can be steered by what it reads, destructive tools are opt-in: ``forget`` 
 # no `from __future__ import annotations`: the SDK reads the tools' annotations at run time
 
 import contextlib
+import json
 from typing import Annotated, Any, Callable, Iterator, Literal
 
 from .errors import ConfigError, MemsifError
@@ -20,14 +21,17 @@ from .memory import Memory
 from .version import __version__
 
 try:
+    import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.types import ToolAnnotations
-    from pydantic import BaseModel, ConfigDict, Field
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+    from mcp.types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
 except ImportError as e:  # pragma: no cover - the test extra installs mcp
     raise ConfigError("the MCP server needs the `mcp` package: pip install 'memsif_lite[mcp]'") from e
 
-__all__ = ["build_server", "serve", "TOOLS", "READ_TOOLS"]
+__all__ = ["build_server", "serve", "unparsed_frame_reply", "TOOLS", "READ_TOOLS"]
 
 #: every tool, and the ones a read-only server offers
 TOOLS = ("remember", "search", "context", "ask", "facts", "forget", "stats")
@@ -86,19 +90,94 @@ def _read(title: str) -> ToolAnnotations:
                            open_world_hint=False)
 
 
+def unparsed_frame_reply(exc: Exception) -> JSONRPCError | None:
+    """The JSON-RPC error for a frame the SDK could not read (it only logs them, so the client
+    would wait for a reply forever): a parse error (-32700) for text that is not JSON, or JSON
+    holding a lone surrogate escape such as ``\\ud800`` (not Unicode text: the SDK's strict parser
+    refuses it); an invalid request (-32600) for JSON that is not a JSON-RPC message. The request's
+    id when it can be read (Python's lenient parser reads such a frame), else null; None (no reply)
+    for a frame that is not a request (a notification or a reply of the client's)."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    raw = errors[0].get("input") if errors else None
+    code, why = INVALID_REQUEST, "Invalid Request: not a JSON-RPC message the server understands"
+    if isinstance(raw, (str, bytes)):
+        code = PARSE_ERROR
+        try:
+            raw = json.loads(raw)
+            json.dumps(raw, ensure_ascii=False).encode("utf-8")
+            why = "Parse error: the message is not strict JSON"
+        except UnicodeEncodeError:
+            why = "Parse error: the message holds a lone surrogate escape (\\ud800-\\udfff), which is not Unicode text"
+        except ValueError:
+            raw, why = None, "Parse error: the message is not JSON"
+    if isinstance(raw, dict) and ("method" not in raw or "id" not in raw):
+        return None
+    rid = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)):
+        rid = None
+    return JSONRPCError(jsonrpc="2.0", id=rid, error=ErrorData(code=code, message=why))
+
+
+class _AnsweringReads:
+    """The stdio transport's read stream, answering each frame the SDK could not read
+    (:func:`unparsed_frame_reply`) instead of passing it on to be logged and dropped."""
+
+    def __init__(self, inner: Any, write: Any):
+        self._inner, self._write = inner, write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            reply = unparsed_frame_reply(item)
+            if reply is not None:
+                await self._write.send(SessionMessage(reply))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> "_AnsweringReads":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> "_AnsweringReads":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Server(MCPServer):
+    async def run_stdio_async(self) -> None:
+        """The SDK's own stdio serving, with unreadable frames answered (:class:`_AnsweringReads`)."""
+        low = self._lowlevel_server  # the SDK's (its run_stdio_async does exactly this, without the wrapper)
+        async with stdio_server() as (read_stream, write_stream):
+            await low.run(_AnsweringReads(read_stream, write_stream), write_stream, low.create_initialization_options())
+
+
 def build_server(mem: Memory, *, allow_forget: bool = False) -> MCPServer:
     """An MCP server over ``mem``. Writing tools are offered only when ``mem`` is writable;
     ``forget`` only with ``allow_forget`` too."""
-    server: MCPServer = MCPServer(name="memsif", version=__version__, instructions=INSTRUCTIONS,
-                                  log_level="WARNING")
+    server: MCPServer = _Server(name="memsif", version=__version__, instructions=INSTRUCTIONS,
+                                log_level="WARNING")
     writable = not mem.read_only
 
     def remember(messages: Annotated[list[MessageIn], Field(min_length=1, max_length=1000,
                                                             description="One or more messages, oldest first.")]
                  ) -> dict[str, Any]:
         with _as_tool_errors():
-            ids = mem.add_many([m.model_dump() for m in messages])
-        return {"stored": len(ids), "message_ids": ids}
+            done = mem.remember([m.model_dump() for m in messages])
+        return {"stored": sum(a.new for a in done), "message_ids": [a.id for a in done], "new": [a.new for a in done]}
 
     def search(query: Annotated[str, Field(min_length=1, max_length=4000, description="What to look for.")],
                k: Annotated[int, Field(ge=1, le=100, description="How many results (default 10).")] = 10,
@@ -171,9 +250,12 @@ def build_server(mem: Memory, *, allow_forget: bool = False) -> MCPServer:
     if writable:
         tools += [
             (remember, ToolAnnotations(title="Remember messages", read_only_hint=False, destructive_hint=False,
-                                       idempotent_hint=False, open_world_hint=False),
+                                       idempotent_hint=True, open_world_hint=False),
              "Store one or more conversation messages in long-term memory (all or nothing), oldest first. "
-             "Memory organises them into topics and events and extracts facts. Returns their ids."),
+             "Memory organises them into topics and events and extracts facts. Returns their ids, and for each "
+             "whether it is new: a retried call stores nothing twice (a message already stored: the same "
+             "source_id, or the same speaker, time and text; given without a time, the same speaker, text and "
+             "session within 10 minutes)."),
             (ask, ToolAnnotations(title="Answer from memory", read_only_hint=False, destructive_hint=False,
                                   idempotent_hint=False, open_world_hint=False),
              "Answer a question directly from memory, with the facts and dated evidence used. Prefer `context` "

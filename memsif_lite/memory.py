@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from . import pipelines, store
 from .active_facts import Evidence
-from .checks import check_page, check_question, check_search
+from .checks import check_id, check_page, check_question, check_search, check_text
 from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
@@ -23,10 +23,13 @@ from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
 from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge, list_trajectories
-from .types import ActiveFact, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment, Trajectory
+from .types import (ActiveFact, Added, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment,
+                    Trajectory)
 from .worker import ProcessReport
 
 __all__ = ["Memory"]
+
+T = TypeVar("T")
 
 
 class Memory:
@@ -54,14 +57,13 @@ class Memory:
         self.config = cfg = config or Config()
         self.read_only = bool(read_only)
         self._lock = threading.RLock()
-        self._db, emb = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only)
+        self._db, emb, self._quiet = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only)
         self._closed = False
-        health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s, schema_mode=cfg.llm_schema)
-        llm_ = pipelines.make_llm(self._db, llm, llm_kwargs, cfg, health, record_calls=not self.read_only)
-        self._p = pipelines.build(self._db, cfg, emb, llm_, boundary_judge=boundary_judge,
-                                  trajectory_judge=trajectory_judge)
-        setup = pipelines.Setup(self.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
-        self._processor = pipelines.processor(setup, "manual" if self.read_only else process, self._p, health)
+        self._health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s,
+                                   schema_mode=cfg.llm_schema)
+        self._setup = pipelines.Setup(self.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
+        self._mode = "manual" if self.read_only else process
+        self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
 
     def __enter__(self) -> "Memory":
         return self
@@ -91,23 +93,53 @@ class Memory:
             with store.map_errors():
                 yield self._db
 
+    def _read(self, fn: Callable[[Database], T], *, snapshot: bool = True) -> T:
+        """A public read: ``fn`` on the file, in one read snapshot unless ``snapshot`` is false;
+        read-only, read as immutable while no one else has the file open (:class:`~memsif_lite.store.QuietReads`)."""
+        def once() -> T:
+            with self._db.read() if snapshot else contextlib.nullcontext():
+                return fn(self._db)
+
+        with self._session():
+            return self._quiet.read(once, self._share)
+
+    def _share(self) -> None:
+        """Another process has the file open: read it from now on as SQLite coordinates readers
+        with a writer (through its ``-shm``), on a new connection."""
+        old = self._db
+        self._db = pipelines.reopen(self.path, self.config, self._setup.emb, read_only=True)
+        self._quiet = store.QuietReads(self.path, None)
+        self._processor.close(0.0)
+        self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
+        old.close()
+
     # -- writing ---------------------------------------------------------------------------
     def add(self, speaker: str, text: str, *, at: Any = None, session: Any = None,
-            source_id: str | None = None) -> int:
-        """Store one message (one transaction) and update the structure. Returns its id."""
-        return self.add_many([dict(speaker=speaker, text=text, at=at, session=session, source_id=source_id)])[0]
+            source_id: str | None = None, skip_existing: bool = False) -> int:
+        """Store one message (one transaction) and update the structure. Returns its id (with
+        ``skip_existing``, the stored one's if it is there already: see :meth:`remember`)."""
+        return self.remember([dict(speaker=speaker, text=text, at=at, session=session, source_id=source_id)],
+                             skip_existing=skip_existing)[0].id
 
     def add_many(self, messages: Iterable[Mapping[str, Any]], *, progress=None,
                  skip_existing: bool = False) -> list[int]:
         """Store many mappings (``speaker``, ``text``, optional ``at``, ``session``, ``source_id``)
         in one transaction with batched embedding; nothing is written if one is invalid.
-        ``skip_existing``: skip messages already stored (same ``source_id`` and speaker, else same
-        speaker, time and text); only new ids are returned."""
+        ``skip_existing``: skip messages already stored (the rule of :meth:`remember`); only new ids
+        are returned."""
+        return [a.id for a in self.remember(messages, progress=progress, skip_existing=skip_existing) if a.new]
+
+    def remember(self, messages: Iterable[Mapping[str, Any]], *, progress=None, skip_existing: bool = True
+                 ) -> list[Added]:
+        """:meth:`add_many` for calls that may be retried: a message already stored (the same
+        ``source_id`` and speaker, else the same speaker, time and text; given without a time, the
+        same speaker, text and session stored by an earlier call in the last 10 minutes) is not
+        stored again. Returns each message's id and whether it is new."""
         rows = self._p.ingest.validate(messages)
         with self._session("add"):
-            ids = self._p.ingest.add(rows, progress, process=self._processor.in_add, skip_existing=skip_existing)
+            done = self._p.ingest.add(rows, progress, process=self._processor.in_add, skip_existing=skip_existing)
             self._processor.after_add()
-            return ids
+            return done
 
     def process(self, *, max_steps: int | None = None, max_seconds: float | None = None) -> ProcessReport:
         """Run queued steps (placement, segment close, CoreFacts) now, until done or a limit."""
@@ -123,10 +155,14 @@ class Memory:
         with self._session("accumulate"):
             self._p.query.accumulate(question, evidence)
 
-    def forget(self, *, message_id: int | None = None, fact_id: int | None = None) -> None:
-        """Delete a message (and all derived only from it) or a CoreFact, in one transaction."""
+    def forget(self, *, message_id: int | None = None, fact_id: int | None = None, source_id: str | None = None,
+               speaker: str | None = None) -> list[int]:
+        """Delete a message (and all derived only from it), a CoreFact, or the messages with a
+        ``source_id`` (of ``speaker`` when given), in one transaction; returns the ids deleted.
+        Ids are never reused, so a stale id can only raise NotFoundError, never hit another message."""
         with self._session("forget") as db:
-            forget(db, self._p.active_facts, message_id=message_id, fact_id=fact_id)
+            return forget(db, self._p.active_facts, message_id=message_id, fact_id=fact_id, source_id=source_id,
+                          speaker=speaker)
 
     # -- reading ---------------------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, level: str = "message", speakers: Names = None,
@@ -134,37 +170,33 @@ class Memory:
         """Hybrid search (KNN + BM25, RRF) at ``level`` message/segment/trajectory, filtered inside."""
         check_search(query, k, level)
         flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
-        with self._session():
-            return self._p.retriever.search(query, k=k, level=level, flt=flt)
+        return self._read(lambda db: self._p.retriever.search(query, k=k, level=level, flt=flt), snapshot=False)
 
     def get(self, message_id: int) -> Message:
-        with self._session() as db:
-            if (row := db.messages.get(message_id)) is None:
-                raise NotFoundError(f"no message with id {message_id}")
-            return to_message(row)
+        check_id(message_id, "message_id")
+        row = self._read(lambda db: db.messages.get(message_id), snapshot=False)
+        if row is None:
+            raise NotFoundError(f"no message with id {message_id}")
+        return to_message(row)
 
     def messages(self, *, speakers: Names = None, sessions: Names = None, since: Any = None, until: Any = None,
                  limit: int | None = None, offset: int = 0) -> list[Message]:
         """Messages in the order they were added, filtered, one page (``limit``/``offset``)."""
         flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
         check_page(limit, offset)
-        with self._session() as db, db.read():
-            return [to_message(r) for r in db.filters.messages(flt, limit, offset)]
+        return self._read(lambda db: [to_message(r) for r in db.filters.messages(flt, limit, offset)])
 
     def segments(self) -> list[Segment]:
         """All Topical Segments in order, with their messages, span, entities and a label."""
-        with self._session() as db, db.read():
-            return list_segments(db)
+        return self._read(list_segments)
 
     def trajectories(self) -> list[Trajectory]:
         """All Event Trajectories, with their segments and messages in order."""
-        with self._session() as db, db.read():
-            return list_trajectories(db)
+        return self._read(list_trajectories)
 
     def stats(self) -> dict[str, int]:
         """Counts of everything in the file."""
-        with self._session() as db, db.read():
-            return db.admin.stats()
+        return self._read(lambda db: db.admin.stats())
 
     # -- facts -----------------------------------------------------------------------------------
     def facts(self, *, subject: str | None = None, type: str | None = None,  # noqa: A002 - the paper's name
@@ -173,33 +205,34 @@ class Memory:
         """CoreFacts, current ones only unless ``include_superseded``; ``subject`` matches
         case-insensitively. Filters: subject in ``speakers``; a source message in ``sessions`` and
         in [``since``, ``until``] (:mod:`memsif_lite.filters`)."""
+        for name, value in (("subject", subject), ("type", type)):
+            if value is not None:
+                check_text(value, name)
         flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
-        with self._session() as db, db.read():
-            return db.filters.only_facts(db.facts.select(subject=subject, ftype=type,
-                                                         include_superseded=include_superseded), flt)
+        return self._read(lambda db: db.filters.only_facts(
+            db.facts.select(subject=subject, ftype=type, include_superseded=include_superseded), flt))
 
     def fact_history(self, fact_id: int) -> list[FactEvent]:
         """Every change to a CoreFact, oldest first."""
-        with self._session() as db, db.read():
-            if not db.facts.exists(fact_id):
-                raise NotFoundError(f"no fact with id {fact_id}")
-            return db.facts.history(fact_id)
+        check_id(fact_id, "fact_id")
+        history = self._read(lambda db: db.facts.history(fact_id) if db.facts.exists(fact_id) else None)
+        if history is None:
+            raise NotFoundError(f"no fact with id {fact_id}")
+        return history
 
     def active_facts(self) -> list[ActiveFact]:
         """Promoted ActiveFacts with provenance and the queries that triggered them."""
-        with self._session() as db, db.read():
-            return db.clusters.list_active()
+        return self._read(lambda db: db.clusters.list_active())
 
     def candidates(self) -> list[CandidateCluster]:
         """All candidate clusters C_k with their statements, queries, sources and scores."""
-        with self._session() as db, db.read():
-            return db.clusters.list_candidates()
+        return self._read(lambda db: db.clusters.list_candidates())
 
     # -- portability and health ------------------------------------------------------------------
-    def export_to(self, path: str | Path) -> int:
-        """Write everything as JSON lines from one consistent snapshot; returns the line count."""
-        with self._session() as db, db.read():
-            return db.admin.export_to(Path(path))
+    def export_to(self, path: str | Path, *, overwrite: bool = False) -> int:
+        """Write everything as JSON lines from one consistent snapshot, to a new file (0600) unless
+        ``overwrite``; returns the line count."""
+        return self._read(lambda db: db.admin.export_to(Path(path), overwrite=overwrite))
 
     def import_from(self, path: str | Path) -> dict[str, int]:
         """Load an export into this (fresh) memory file, in one transaction."""
@@ -209,22 +242,24 @@ class Memory:
 
     def merge_from(self, path: str | Path, *, dry_run: bool = False) -> MergeReport:
         """Bring in what another copy of this memory has, in one transaction (:mod:`memsif_lite.merging`)."""
-        with self._session(None if dry_run else "merge_from") as db:
-            report = merge_file(db, path, mine=self.path, pipes=self._p, cfg=self.config,
-                                process_now=self._processor.in_add, dry_run=dry_run)
-            if not dry_run:
-                self._processor.after_add()
+        def run(db: Database) -> MergeReport:
+            return merge_file(db, path, mine=self.path, pipes=self._p, cfg=self.config,
+                              process_now=self._processor.in_add, dry_run=dry_run)
+
+        if dry_run:
+            return self._read(run, snapshot=False)
+        with self._session("merge_from") as db:
+            report = run(db)
+            self._processor.after_add()
             return report
 
     def backup(self, dest: str | Path) -> None:
         """A consistent, self-contained copy (``VACUUM INTO``), safe while others write."""
-        with self._session() as db:
-            db.admin.backup(dest)
+        self._read(lambda db: db.admin.backup(dest), snapshot=False)
 
     def check(self) -> list[str]:
         """Integrity, full-text and vector-table checks; an empty list means healthy."""
-        with self._session() as db:
-            return db.admin.check()
+        return self._read(lambda db: db.admin.check(), snapshot=False)
 
     # -- the query pipeline ----------------------------------------------------------------------
     def context(self, question: str, *, budget_tokens: int = 2000, speakers: Names = None, sessions: Names = None,
@@ -234,8 +269,7 @@ class Memory:
         Reads only. Filters as in :meth:`search` and :meth:`facts`."""
         check_question(question, budget_tokens)
         flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
-        with self._session():
-            return self._p.query.context(question, budget_tokens, flt=flt)
+        return self._read(lambda db: self._p.query.context(question, budget_tokens, flt=flt), snapshot=False)
 
     def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None, speakers: Names = None,
             sessions: Names = None, since: Any = None, until: Any = None) -> Answer:

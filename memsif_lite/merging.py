@@ -114,15 +114,20 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> Oth
         raise MemoryFileError(f"no memory file at {p}")
     dim = int(info.meta["embedding_dim"])
     model_id = info.meta.get("embedding_model", "")
-    con = store.connect(p, dim=dim, busy_timeout_ms=busy_timeout_ms, readonly=True)
-    try:
-        db = Database(con)
-        with db.read():
-            msgs = db.merge.messages(has_offset=info.user_version >= 5, int8=info.user_version >= 6)
-            tombs = db.merge.tombstones(has_table=info.user_version >= 7)
-            clusters = db.merge.clusters() if info.user_version >= 3 else []
-    finally:
-        con.close()
+    quiet = store.QuietReads.now(p)  # nothing is written beside a file no one else has open
+    while True:
+        con = store.connect(p, dim=dim, busy_timeout_ms=busy_timeout_ms, readonly=True, immutable=quiet.immutable)
+        try:
+            db = Database(con)
+            with db.read():
+                msgs = db.merge.messages(has_offset=info.user_version >= 5, int8=info.user_version >= 6)
+                tombs = db.merge.tombstones(has_table=info.user_version >= 7)
+                clusters = db.merge.clusters() if info.user_version >= 3 else []
+        finally:
+            con.close()
+        if not quiet.immutable or quiet.still_quiet():
+            break
+        quiet = store.QuietReads(p, None)  # opened or changed meanwhile: read it the shared way
     for m in msgs:
         _validate(m, dim, max_chars, p)
     if any(len(h) != 32 for h in tombs):
@@ -186,11 +191,14 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
                 incoming.append(m)
         dirty = db.tombstones.dirty_from()
         facts_before = db.merge.facts_summary()
-    times = [m.at for m in incoming] + [m.at for m in remove] + ([dirty] if dirty else [])
+        times = [m.at for m in incoming] + [m.at for m in remove] + ([dirty] if dirty else [])
+        # what the rebuild below will replay, read the same way it will be (the messages forgotten
+        # here first are not replayed), so that a dry run reports what the merge does
+        start, _, replaced, _ = rebuild_point(db, min(times), {m.id for m in remove}) if times else (None, None, [], [])
     report = MergeReport(str(other.path), added=len(incoming), skipped_present=present, skipped_forgotten=forgotten,
                          removed_by_tombstones=len(remove), tombstones_added=len(other.tombstones - mine_tombs),
-                         re_embedded=0 if same_model else len(incoming), rebuilt_from=min(times) if times else None,
-                         dry_run=dry_run)
+                         re_embedded=0 if same_model else len(incoming), rebuilt_from=start,
+                         replayed=len(replaced) + len(incoming), dry_run=dry_run)
     if dry_run:
         return report
     # embedding (and the other file's query vectors) with no transaction open
@@ -257,20 +265,28 @@ def _query_vectors(other: OtherFile, embed_query: Callable[[str], np.ndarray], s
     return out
 
 
+def rebuild_point(db: Database, point: str, leaving: set[int] | frozenset[int] = frozenset(),
+                  ) -> tuple[str, int | None, list[FullMessage], list[int]]:
+    """Where a rebuild asked to start at ``point`` really starts (moved back as the module docstring
+    says): (start, the first segment dropped, the messages placed again, the CoreFacts removed).
+    ``leaving``: messages forgotten before the rebuild runs (a dry run still sees them). Reads only."""
+    while True:
+        last = db.merge.last_placed_before(point)
+        first_seg = None if last is None else last[0]
+        start = point if last is None else min(point, last[1])
+        replaced = [m for m in db.merge.replaced(start, first_seg) if m.id not in leaving]
+        earliest, facts = db.merge.earliest_fact_source(m.id for m in replaced)
+        if earliest is None or earliest >= start:
+            return start, first_seg, replaced, facts
+        point = earliest
+
+
 def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str, list[tuple[int, bytes, str]]]:
     """Remove the structure and CoreFacts from ``point`` (moved back as the module docstring says)
     and store those messages again with ``incoming``, in time order, each with its place step.
     Returns the rebuild point and (new id, vector, text) of each message to place. Inside the
     caller's transaction."""
-    while True:
-        last = db.merge.last_placed_before(point)
-        first_seg = None if last is None else last[0]
-        start = point if last is None else min(point, last[1])
-        replaced = db.merge.replaced(start, first_seg)
-        earliest, facts = db.merge.earliest_fact_source(m.id for m in replaced)
-        if earliest is None or earliest >= start:
-            break
-        point = earliest
+    start, first_seg, replaced, facts = rebuild_point(db, point)
     for fid in facts:
         if db.facts.exists(fid):
             db.facts.delete(fid)

@@ -21,7 +21,7 @@ from .config import Config
 from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOperationChooser, OfflineFactExtractor,
                          OfflineOperationChooser, OperationChooser)
 from .db import Database
-from .embed import Embedder, Embeddings, resolve_embedder
+from .embed import Embedder, Embeddings, recorded_embedder, resolve_embedder
 from .errors import InvalidInputError, MemoryFileError
 from .ingest import IngestPipeline
 from .llm import LLM, CallRecord, ModelHealth
@@ -35,7 +35,7 @@ from .version import __version__
 from .worker import Background, Processor, Worker
 
 __all__ = ["Pipelines", "Setup", "build", "make_llm", "processor", "check_meta", "embedder_for", "initial_meta",
-           "open_database"]
+           "open_database", "reopen", "wire"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,10 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
 
 
 def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:
-    """The configured model, else the model the file records (with its recorded levels), else
-    the bundled one."""
+    """The configured model (the caller's choice: any model), else the model the file records
+    (with its recorded levels) when it is bundled or of a prefix the caller registered (a file
+    never chooses an API or a path: :func:`memsif_lite.embed.recorded_embedder`), else the
+    bundled one."""
     if cfg.embedding_model is not None or info is None or "embedding_model" not in info.meta:
         return resolve_embedder(cfg.embedding_model)
     levels = None
@@ -93,7 +95,7 @@ def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:
         levels = (float(raw[0]), float(raw[1])) if raw else None
     except (ValueError, TypeError, IndexError):
         levels = None
-    return resolve_embedder(info.meta["embedding_model"], sem_levels=levels)
+    return recorded_embedder(str(info.meta["embedding_model"]), sem_levels=levels)
 
 
 def initial_meta(emb: Embedder) -> dict[str, str]:
@@ -153,6 +155,14 @@ def processor(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> 
     return Processor(mode, p.worker, offline=s.llm is None, background=bg)
 
 
+def wire(db: Database, s: Setup, health: ModelHealth, mode: str | None, read_only: bool) -> tuple[Pipelines, Processor]:
+    """The pipelines and the processor of one open file, over its connection ``db`` (a read-only
+    file's LLM calls are not recorded in it)."""
+    llm = make_llm(db, s.llm, s.llm_kwargs, s.cfg, health, record_calls=not read_only)
+    p = build(db, s.cfg, s.emb, llm, boundary_judge=s.boundary_judge, trajectory_judge=s.trajectory_judge)
+    return p, processor(s, mode, p, health)
+
+
 def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path, *, write: bool = True) -> None:
     """The file's recorded model must be ``emb``; the CoreFact schema in use is recorded (a
     file describes itself) unless ``write`` is false."""
@@ -164,23 +174,32 @@ def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path, *, write: b
             db.admin.set_meta(fact_schema=schema)
 
 
-def open_database(path: Path, cfg: Config, embedder: Embedder | None, *, read_only: bool) -> tuple[Database, Embedder]:
+def open_database(path: Path, cfg: Config, embedder: Embedder | None, *,
+                  read_only: bool) -> tuple[Database, Embedder, store.QuietReads]:
     """Inspect the file (refusing foreign, newer or hostile files before anything else), pick
     the embedder, connect and check the meta. ``read_only`` opens an existing file only,
-    without writing to it."""
+    without writing to it, nor beside it while no one else has it open (the returned
+    :class:`~memsif_lite.store.QuietReads`; never quiet for a writer)."""
+    quiet = store.QuietReads.now(path) if read_only else store.QuietReads(path, None)
     info = store.inspect(path)
     if read_only and info is None:
         raise MemoryFileError(f"no memory file at {path} (opening read-only never creates one)")
     emb = embedder or embedder_for(cfg, info)
     if info is not None:  # a file made with another model is refused before it is opened for writing
         check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, path)
-    con = store.connect(path, dim=emb.dim, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms,
-                        readonly=read_only, initial_meta=initial_meta(emb))
-    db = Database(con)
+    db = reopen(path, cfg, emb, read_only=read_only, immutable=quiet.immutable)
     try:
         with map_errors():
             check_meta(db, emb, cfg, path, write=not read_only)
     except BaseException:
         db.close()
         raise
-    return db, emb
+    return db, emb, quiet
+
+
+def reopen(path: Path, cfg: Config, emb: Embedder, *, read_only: bool, immutable: bool = False) -> Database:
+    """A connection to an inspected file (:func:`open_database`), e.g. a read-only one again the
+    shared way once another process opened the file (:class:`~memsif_lite.store.QuietReads`)."""
+    return Database(store.connect(path, dim=emb.dim, synchronous=cfg.synchronous,
+                                  busy_timeout_ms=cfg.busy_timeout_ms, readonly=read_only, immutable=immutable,
+                                  initial_meta=initial_meta(emb)))

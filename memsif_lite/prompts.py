@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Sequence
 
 from .llm import Prompt, ReplyError
 
-__all__ = ["DATA_RULE", "data_block", "boundary", "trajectory", "title", "extract_facts", "fact_operation",
+__all__ = ["DATA_RULE", "data_block", "quoted", "boundary", "trajectory", "title", "extract_facts", "fact_operation",
            "sufficiency", "evidence", "answer", "OPERATIONS"]
 
 DATA_RULE = (
@@ -23,8 +23,22 @@ DATA_RULE = (
 )
 
 
+#: line ends that JSON leaves as they are, written as escapes (a JSON reader decodes them the same)
+_LINE_ENDS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
+
+
+def quoted(line: str) -> str:
+    """One line of a data block: a JSON string in which every "<" is written ``\\u003c`` (the same
+    string to a JSON reader), so no text can open or close a block ("</data>" in a message stays
+    inside its quotes, and inside its block)."""
+    text = json.dumps(line, ensure_ascii=False).replace("<", "\\u003c")
+    return text.translate(_LINE_ENDS)  # one line in every reader's sense too
+
+
 def data_block(name: str, lines: Sequence[str]) -> str:
-    body = "\n".join(json.dumps(line, ensure_ascii=False) for line in lines)
+    """Memory content as quoted data: one :func:`quoted` line per item, between ``<data>`` tags
+    (``name`` is always this module's own words)."""
+    body = "\n".join(quoted(line) for line in lines)
     return f'<data name="{name}">\n{body}\n</data>'
 
 

@@ -34,9 +34,10 @@ from .fulltext import index_text
 from .llm import LLM
 from .retrieval import Retriever, fts_query
 from .timeutil import day_label, from_stored, local_time, relative_notes, to_stored
-from .tokens import cached_for_short_texts, count_tokens, joins_exactly
+from .tokens import (Encode, cached_for_short_texts, count_encoded, count_tokens, count_upto, encode, joins_exactly,
+                     prefix_within)
 
-__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer"]
+__all__ = ["FactItem", "EvidenceItem", "Context", "Answer", "QueryPipeline", "extractive_answer", "excerpt"]
 
 #: offline sufficiency: cosine between the question and a query that promoted an ActiveFact
 SUFFICIENT_QUERY = 0.95
@@ -130,26 +131,48 @@ def _query_words(question: str) -> set[str]:
     return {w.strip('"') for w in q.split(" OR ")}
 
 
-def _trim(text: str, qwords: set[str], tokens: int | None = None) -> str:
+def excerpt(text: str, qwords: set[str], tokens: int | None = None, *, encode: Encode = encode) -> str:
     """The message, or its most relevant sentences (in order) when it is longer than
-    MAX_EVIDENCE_TOKENS, read when called (``tokens``: its count from ingest, when known)."""
+    MAX_EVIDENCE_TOKENS, read when called (``tokens``: its count from ingest, when known); a
+    sentence still over is cut before a word (tokens.prefix_within).
+
+    Linear in the message's length, whatever its shape (one unpunctuated megabyte included): a
+    sentence is only encoded up to about the tokens it could still use (tokens.count_upto), one
+    with more words than there are tokens left is not encoded at all (a word is at least a token),
+    and the excerpt is encoded once more to check it (a failed check cuts it: prefix_within)."""
     max_tokens = MAX_EVIDENCE_TOKENS
-    if (tokens if tokens is not None else count_tokens(text)) <= max_tokens:
+    if (tokens if tokens is not None else count_upto(text, max_tokens, encode=encode)) <= max_tokens:
         return text
-    sents = [s for s in _SENT.split(text) if s.strip()]
-    ranked = sorted(range(len(sents)), key=lambda i: (-_overlap(sents[i], qwords), i))
+    spans = _sentence_spans(text)
+    sents = [text[a:b] for a, b in spans]
+    ranked = sorted(range(len(sents)), key=lambda i: (-_overlap(sents[i], qwords), i)) if len(sents) > 1 else [0]
     keep: list[int] = []
     used = 0
     for i in ranked:
-        c = count_tokens(sents[i])
-        if used + c > max_tokens and keep:
+        room = max_tokens - used
+        if keep and room <= 0:
+            break
+        if keep and len(sents[i].split()) > room:
+            continue
+        c = count_upto(sents[i], room if keep else max_tokens, encode=encode)
+        if keep and c > room:
             continue
         keep.append(i)
         used += c
     out = " ".join(sents[i] for i in sorted(keep))
-    while count_tokens(out) > max_tokens and " " in out:  # one very long sentence
-        out = out.rsplit(" ", 1)[0]
+    if used > max_tokens or count_encoded(encode(out)) > max_tokens:
+        out = prefix_within(out, max_tokens, encode=encode)
     return out + (" …" if out != text else "")
+
+
+def _sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence with something in it (``_SENT`` splits them)."""
+    spans, start = [], 0
+    for m in _SENT.finditer(text):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    return [(a, b) for a, b in spans if text[a:b].strip()]
 
 
 def _fact_line(f: FactItem) -> str:
@@ -266,7 +289,9 @@ def low_information(text: str, min_words: int) -> bool:
     words once stop words and capitalised words (names) are left out."""
     if min_words <= 0 or _DIGIT.search(text):
         return False
-    return not has_content_words(" ".join(w for w in text.split() if not w[:1].isupper()), min_words)
+    # distinct words only: the same verdict (distinct content words are counted), and a long
+    # repetitive message ("ok ok ok …") costs one pass in C, not one Python step per word
+    return not has_content_words(" ".join(w for w in set(text.split()) if not w[:1].isupper()), min_words)
 
 
 @cached_for_short_texts(4096)
@@ -289,7 +314,7 @@ def _offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords
         if i > 0 and _is_low_information(r.text, LOW_INFO_WORDS):
             continue
         at = from_stored(r.at)
-        stmt = _trim(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
+        stmt = excerpt(r.text, qwords, tokens=r.tokens)  # relative dates resolve on the speaker's local date
         yield EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
                            _notes(stmt, local_time(at, r.utc_offset_min)), r.utc_offset_min,
                            r.tokens if stmt == r.text else None)
@@ -370,6 +395,12 @@ class QueryPipeline:
                 flt: MessageFilter | None = None) -> Context:
         """Read-only: the facts and (unless they suffice) evidence, within ``budget_tokens``; with a
         filter, only matching facts and messages (:mod:`memsif_lite.filters`)."""
+        return self._context(question, budget_tokens, timings, flt)[0]
+
+    def _context(self, question: str, budget_tokens: int, timings: dict[str, float] | None,
+                 flt: MessageFilter | None) -> tuple[Context, bool]:
+        """:meth:`context`, and whether its evidence items are message excerpts (offline, or the
+        LLM's evidence step failed) rather than the LLM's self-contained statements."""
         lap = _Laps(timings if timings is not None else {})
         qvec = self.embed_query(question)
         lap("embed_query")
@@ -383,6 +414,7 @@ class QueryPipeline:
             sufficient = verdict if verdict is not None else self._offline_sufficient(qvec, facts)
         lap("sufficiency")
         evidence: Iterable[EvidenceItem] = ()
+        excerpts = False
         if not sufficient:
             ranked = [m for m, _ in self.retriever.rank_with_structure(question, flt=flt, limit=60)]
             lap("retrieval")
@@ -393,11 +425,13 @@ class QueryPipeline:
                 rows = self.db.messages.many(ranked[:60] + nxt)
                 ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
                 got = _offline_evidence(rows, ranked, _query_words(question), 60)
+                excerpts = True
             evidence = got
             lap("evidence")
         text, tokens, shown_facts, shown_evidence = _assemble(question, facts, evidence, budget_tokens)
         lap("assemble")
-        return Context(question, text, tuple(shown_facts), tuple(shown_evidence), sufficient, tokens, budget_tokens)
+        return (Context(question, text, tuple(shown_facts), tuple(shown_evidence), sufficient, tokens, budget_tokens),
+                excerpts)
 
     # -- ActiveFact accumulation -------------------------------------------------------------------
     def accumulate(self, question: str, evidence: Sequence[Evidence]) -> None:
@@ -414,7 +448,7 @@ class QueryPipeline:
             flt: MessageFilter | None = None) -> Answer:
         timings: dict[str, float] = {}
         calls_before = self.llm.calls if self.llm is not None else 0
-        ctx = self.context(question, budget_tokens, timings=timings, flt=flt)
+        ctx, excerpts = self._context(question, budget_tokens, timings, flt)
         t = time.perf_counter()
         text: str | None = None
         tokens_in = ctx.tokens
@@ -429,9 +463,10 @@ class QueryPipeline:
         timings["answer"] = round((time.perf_counter() - t) * 1000.0, 3)
         t = time.perf_counter()
         if not ctx.sufficient and ctx.evidence:
-            top = ctx.evidence[:OFFLINE_ACCUMULATE] if self.llm is None else ctx.evidence
-            # offline evidence is a message excerpt: the statement names its speaker (the subject)
-            evidence = [Evidence(e.stmt if self.llm else f"{e.speaker}: {e.stmt}", e.speaker, e.message_ids)
+            # an excerpt (offline, or the LLM's evidence step failed) does not name its subject: the
+            # statement is prefixed with its speaker; the LLM's statements name theirs
+            top = ctx.evidence[:OFFLINE_ACCUMULATE] if excerpts else ctx.evidence
+            evidence = [Evidence(f"{e.speaker}: {e.stmt}" if excerpts else e.stmt, e.speaker, e.message_ids)
                         for e in top]
             self.accumulate(question, evidence)
         timings["active_facts"] = round((time.perf_counter() - t) * 1000.0, 3)

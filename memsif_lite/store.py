@@ -18,12 +18,13 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import apsw
 import numpy as np
@@ -41,10 +42,11 @@ from .errors import (
 )
 from .int8 import quantize
 
-__all__ = ["APPLICATION_ID", "FileInfo", "inspect", "connect", "write", "map_errors", "migrations", "expected_schema",
-           "read_meta", "set_meta", "check_embedding"]
+__all__ = ["APPLICATION_ID", "FileInfo", "QuietReads", "inspect", "quiet_stamp", "connect", "write", "map_errors",
+           "migrations", "expected_schema", "read_meta", "set_meta", "check_embedding"]
 
 log = logging.getLogger("memsif_lite")
+T = TypeVar("T")
 
 #: ``PRAGMA application_id`` of every memsif file: the bytes "MSIF".
 APPLICATION_ID = 0x4D534946
@@ -344,6 +346,81 @@ def _describe(kind: type[StorageError], e: BaseException) -> str:
     return f"the memory file is damaged ({e}); run `memsif check` and restore a backup"
 
 
+def quiet_stamp(path: str | Path) -> tuple[int, int, int, int] | None:
+    """The main file's identity and last change while no connection has the file open, else None.
+
+    An open WAL connection always has a ``-wal`` file beside the database (SQLite creates it on
+    the first read and removes it when the last connection closes), and a rollback-journal write
+    a ``-journal``. Without either, no one else is reading or writing, and a reader may read the
+    file as immutable, which creates no ``-wal`` or ``-shm`` (:class:`QuietReads`)."""
+    p = Path(path)
+    try:
+        if any(Path(f"{p}{side}").exists() for side in ("-wal", "-journal")):
+            return None
+        st = p.stat()
+        if any(Path(f"{p}{side}").exists() for side in ("-wal", "-journal")):  # opened meanwhile
+            return None
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class QuietReads:
+    """Reading a file no one else has open without writing a byte beside it (read-only opens).
+
+    The connection is opened ``immutable`` (no locks, no ``-wal`` / ``-shm``) when
+    :func:`quiet_stamp` says no other connection has the file open. Immutable reads do not see
+    another process's changes, so every read checks the stamp before and after it: if another
+    connection opened the file meanwhile (its ``-wal`` appears) or changed it (size, time,
+    inode), the read's result is not trusted and :meth:`still_quiet` says so; the caller then
+    reopens the file the shared way (:func:`connect` without ``immutable``; SQLite then needs
+    the ``-shm`` wal-index to coordinate with that writer, and reads are exact again)."""
+
+    def __init__(self, path: Path, stamp: tuple[int, int, int, int] | None):
+        self.path, self.stamp = path, stamp
+
+    @property
+    def immutable(self) -> bool:
+        return self.stamp is not None
+
+    def still_quiet(self) -> bool:
+        return self.stamp is not None and quiet_stamp(self.path) == self.stamp
+
+    @classmethod
+    def now(cls, path: Path) -> "QuietReads":
+        return cls(path, quiet_stamp(path))
+
+    def read(self, once: Callable[[], T], share: Callable[[], None]) -> T:
+        """``once()``, trusted only if the file stayed quiet around it; else ``share()`` (reopen
+        the shared way) and ``once()`` again. A storage error while the file changed is retried too
+        (an immutable read may meet a page a writer's checkpoint was rewriting)."""
+        if self.immutable:
+            try:
+                if self.still_quiet():
+                    result = once()
+                    if self.still_quiet():
+                        return result
+            except (StorageError, apsw.Error):
+                if self.still_quiet():
+                    raise
+            share()
+        return once()
+
+
+def _create_private(path: Path) -> None:
+    """A new memory file is created 0600 whatever the umask (SQLite gives its ``-wal`` and ``-shm``
+    the main file's mode); never through a symbolic link whose target does not exist."""
+    if path.is_symlink() and not path.exists():
+        raise MemoryFileError(f"{path} is a symbolic link to a file that does not exist; refusing to create it")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return  # made by another process just now (or an existing file): SQLite opens it as it is
+    except OSError as e:
+        raise MemoryFileError(f"cannot create {path}: {e.strerror or e}") from e
+    os.close(fd)
+
+
 def connect(
     path: str | Path,
     *,
@@ -351,14 +428,22 @@ def connect(
     synchronous: str = "FULL",
     busy_timeout_ms: int = 10_000,
     readonly: bool = False,
+    immutable: bool = False,
     initial_meta: dict[str, str] | None = None,
 ) -> apsw.Connection:
     """Open ``path`` (already inspected) with every setting memsif relies on. A new file gets
     its schema and ``initial_meta`` in the same first transaction, so no other process can
-    ever see a schema without its meta."""
+    ever see a schema without its meta. ``immutable`` (read-only only): read the file as it is,
+    with no lock and no side file (see :class:`QuietReads` for when that is right)."""
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    name = str(path)
+    if readonly and immutable:
+        flags |= apsw.SQLITE_OPEN_URI
+        name = "file:" + _uri_path(Path(path)) + "?mode=ro&immutable=1"
+    elif not readonly and not Path(path).exists():
+        _create_private(Path(path))
     try:
-        con = apsw.Connection(str(path), flags=flags)
+        con = apsw.Connection(name, flags=flags)
     except apsw.Error as e:
         raise MemoryFileError(f"cannot open {path}: {e}") from e
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, StorageCorruptError
 
-__all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "parse_locomo_date", "now_stored",
+__all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "is_stored", "parse_locomo_date", "now_stored",
            "day_label", "relative_notes"]
 
 _LOCOMO = re.compile(
@@ -23,7 +23,11 @@ def to_stored(at: object) -> str:
     naive values are taken as UTC. Anything else is an InvalidInputError."""
     dt = _parse(at)
     if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        try:
+            dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+            raise InvalidInputError(f"timestamp {at!s} is out of range once converted to UTC "
+                                    "(years 1-9999)") from None
     return dt.isoformat(timespec="microseconds" if dt.microsecond else "seconds")
 
 
@@ -38,7 +42,12 @@ def utc_offset_min(at: object) -> int | None:
 def local_time(at_utc: datetime, offset_min: int | None) -> datetime:
     """A stored (naive UTC) time at its speaker's UTC offset, as a naive local time; unchanged
     when the offset is unknown."""
-    return at_utc if offset_min is None else at_utc + timedelta(minutes=offset_min)
+    if offset_min is None:
+        return at_utc
+    try:
+        return at_utc + timedelta(minutes=offset_min)
+    except OverflowError:  # a rounded sub-minute offset at the very edge of year 1 or 9999
+        return at_utc
 
 
 def _parse(at: object) -> datetime:
@@ -62,7 +71,28 @@ def _parse(at: object) -> datetime:
 
 
 def from_stored(s: str) -> datetime:
-    return datetime.fromisoformat(s)
+    """A stored time (naive UTC ISO-8601 text) as a naive datetime. The file may come from anyone:
+    a value that is not one is a :class:`StorageCorruptError`, never a raw ``ValueError``."""
+    try:
+        dt = datetime.fromisoformat(s)
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt.tzinfo is not None:
+        raise StorageCorruptError(f"stored time {str(s)[:40]!r} is not a memsif timestamp: the memory file "
+                                  "is damaged or was edited (run `memsif check`)")
+    return dt
+
+
+def is_stored(s: object) -> bool:
+    """Is ``s`` exactly a time as :func:`to_stored` writes it (naive UTC, canonical text)? What a
+    file or an export must hold in its time columns: the text order is the time order."""
+    if not isinstance(s, str):
+        return False
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        return False
+    return dt.tzinfo is None and dt.isoformat(timespec="microseconds" if dt.microsecond else "seconds") == s
 
 
 def now_stored() -> str:
@@ -116,43 +146,52 @@ def relative_notes(text: str, said_at: datetime) -> list[str]:
     be the speaker's LOCAL time (:func:`local_time`): "yesterday" is relative to their date."""
     notes: list[str] = []
     for m in _REL.finditer(text):
-        phrase = m.group(0).lower()
-        d = said_at
-        approx = False
-        if phrase == "yesterday":
-            target = day_label(d - timedelta(days=1))
-        elif phrase in ("today", "tonight"):
-            target = day_label(d)
-        elif phrase == "tomorrow":
-            target = day_label(d + timedelta(days=1))
-        elif m.group(2):
-            n = _NUM.get(m.group(2).lower()) or int(m.group(2))
-            unit = m.group(3).lower()
-            days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
-            approx = unit != "day" or m.group(2).lower() in ("a few", "a couple of")
-            target = day_label(d - timedelta(days=days))
-        else:
-            which, what = phrase.split(" ", 1)
-            step = {"last": -1, "next": 1, "this": 0}[which]
-            if what in _WEEKDAYS:
-                wd = _WEEKDAYS.index(what)
-                delta = (wd - d.weekday()) % 7
-                if step == -1:
-                    delta = delta - 7 if delta > 0 else -7
-                elif step == 1:
-                    delta = delta if delta > 0 else 7
-                target = day_label(d + timedelta(days=delta))
-            elif what == "weekend":
-                target = _weekend(d, which)
-            elif what == "week":
-                target = "the week of " + day_label(d + timedelta(days=7 * step - d.weekday()))
-            elif what == "month":
-                y, mo = d.year, d.month + step
-                y, mo = (y - 1, 12) if mo == 0 else (y + 1, 1) if mo == 13 else (y, mo)
-                target = datetime(y, mo, 1).strftime("%B %Y")
-            else:
-                target = str(d.year + step)
+        try:
+            target, approx = _resolve(m, said_at)
+        except (OverflowError, ValueError):  # the day meant is before year 1 or after 9999: no note
+            continue
         note = f'"{m.group(0)}" {"≈" if approx else "="} {target}'
         if note not in notes:
             notes.append(note)
     return notes
+
+
+def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
+    """The day (or span) one relative expression names, and whether it is approximate."""
+    phrase = m.group(0).lower()
+    d = said_at
+    approx = False
+    if phrase == "yesterday":
+        target = day_label(d - timedelta(days=1))
+    elif phrase in ("today", "tonight"):
+        target = day_label(d)
+    elif phrase == "tomorrow":
+        target = day_label(d + timedelta(days=1))
+    elif m.group(2):
+        n = _NUM.get(m.group(2).lower()) or int(m.group(2))
+        unit = m.group(3).lower()
+        days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
+        approx = unit != "day" or m.group(2).lower() in ("a few", "a couple of")
+        target = day_label(d - timedelta(days=days))
+    else:
+        which, what = phrase.split(" ", 1)
+        step = {"last": -1, "next": 1, "this": 0}[which]
+        if what in _WEEKDAYS:
+            wd = _WEEKDAYS.index(what)
+            delta = (wd - d.weekday()) % 7
+            if step == -1:
+                delta = delta - 7 if delta > 0 else -7
+            elif step == 1:
+                delta = delta if delta > 0 else 7
+            target = day_label(d + timedelta(days=delta))
+        elif what == "weekend":
+            target = _weekend(d, which)
+        elif what == "week":
+            target = "the week of " + day_label(d + timedelta(days=7 * step - d.weekday()))
+        elif what == "month":
+            y, mo = d.year, d.month + step
+            y, mo = (y - 1, 12) if mo == 0 else (y + 1, 1) if mo == 13 else (y, mo)
+            target = datetime(y, mo, 1).strftime("%B %Y")
+        else:
+            target = str(d.year + step)
+    return target, approx

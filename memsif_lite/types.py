@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["Message", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
+__all__ = ["Message", "Added", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
            "CandidateCluster"]
 
 
@@ -27,6 +27,15 @@ class Message:
         """The time as the speaker gave it: aware, at their UTC offset (UTC when unknown)."""
         tz = timezone(timedelta(minutes=self.utc_offset_min or 0))
         return self.at.replace(tzinfo=timezone.utc).astimezone(tz)
+
+
+@dataclass(frozen=True)
+class Added:
+    """What :meth:`Memory.remember` did with one message: its id, and whether it is ``new`` (False:
+    the file held it already, e.g. the same call retried, and nothing was written for it)."""
+
+    id: int
+    new: bool
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import numpy as np
 from . import prompts
 from .core_facts import Candidate, CoreFactWriter
 from .db import Database, Step
-from .db.queue import CLOSE, EXTRACT, FACT, PLACE
+from .db.queue import CLOSE, EXTRACT, FACT, PLACE, step_problem
 from .entities import extract_entities
 from .errors import LLMError
 from .llm import LLM, ModelHealth, Prompt
@@ -47,12 +47,14 @@ MAX_STALE = 5
 
 @dataclass(frozen=True)
 class ProcessReport:
-    """What one ``process()`` run did."""
+    """What one ``process()`` run did; ``set_aside``: queued rows that could not be run (an unknown
+    kind, a malformed candidate: see the log) and were removed so the queue goes on."""
 
     steps: int
     pending: int
     seconds: float
     stale: int
+    set_aside: int = 0
 
 
 class Worker:
@@ -72,7 +74,7 @@ class Worker:
             stop: Callable[[], bool] | None = None) -> ProcessReport:
         """Run steps from the head of the queue until it is empty, a limit is reached or ``stop()``."""
         t0 = time.perf_counter()
-        done = stale = 0
+        done = stale = aside = 0
         try:
             while max_steps is None or done < max_steps:
                 if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
@@ -82,6 +84,12 @@ class Worker:
                 step = self._next()
                 if step is None:
                     break
+                why = step_problem(step.kind, step.segment_id, step.payload)
+                if why is not None:  # a row from a crafted file or export must not stop every later write
+                    with self.db.write_or_join():
+                        self.db.queue.set_aside(step, why)
+                    aside += 1
+                    continue
                 try:
                     self.run_step(step)
                     done += 1
@@ -99,7 +107,7 @@ class Worker:
                 if len(self._asked) > 10_000:
                     self._asked.clear()
         pending, _ = self.db.queue.backlog()
-        return ProcessReport(done, pending, time.perf_counter() - t0, stale)
+        return ProcessReport(done, pending, time.perf_counter() - t0, stale, aside)
 
     def run_step(self, step: Step) -> None:
         if step.kind == PLACE:
@@ -110,8 +118,8 @@ class Worker:
             self._extract(step)
         elif step.kind == FACT:
             self._fact(step)
-        else:  # pragma: no cover - the queue only holds the four kinds
-            raise ValueError(f"unknown step kind {step.kind!r}")
+        else:  # pragma: no cover - run() sets other kinds aside (step_problem)
+            raise AssertionError(f"unknown step kind {step.kind!r}")
 
     # -- the four kinds ------------------------------------------------------------------------
     def _place(self, step: Step) -> None:
@@ -192,7 +200,8 @@ class Worker:
         waiting = self.db.queue.pending((CLOSE, EXTRACT), llm.concurrency)
         batch: list[Prompt[Any]] = []
         for w in waiting:
-            assert w.segment_id is not None
+            if w.segment_id is None:  # malformed: run() sets it aside when it reaches the head
+                continue
             if (w.message_id, w.sub) in self._asked or self.db.structure.segment_state(w.segment_id) is None:
                 continue
             self._asked.add((w.message_id, w.sub))

@@ -17,7 +17,7 @@ import pytest
 from fakes import FakeEmbedder
 from memsif_lite import (Memory, MemsifError, StorageBusyError, StorageCorruptError, StorageError, StorageFullError,
                          register_embedder, store)
-from memsif_lite.errors import EmbeddingError
+from memsif_lite.errors import MemoryFileError
 
 PKG = Path(__file__).resolve().parent.parent / "memsif_lite"
 
@@ -78,7 +78,9 @@ def test_memory_is_a_thin_facade_with_no_public_collaborators(memory):
     mem = memory()
     public = {k for k in vars(mem) if not k.startswith("_")}
     assert public == {"path", "config", "read_only"}
-    assert len((PKG / "memory.py").read_text(encoding="utf-8").splitlines()) <= 250
+    # 250 lines until issues 23/24 added remember(), forget(source_id=) and read-only reads that
+    # write nothing (each method still: check, lock, delegate)
+    assert len((PKG / "memory.py").read_text(encoding="utf-8").splitlines()) <= 290
 
 
 def test_sqlite_errors_are_mapped_into_the_hierarchy():
@@ -154,7 +156,7 @@ def test_a_file_with_an_unknown_model_gets_a_clear_error(tmp_path):
     db = tmp_path / "unknown.db"
     with Memory(db, embedder=FakeEmbedder(model_id="nobody-knows-this")) as mem:
         mem.add("A", "x")
-    with pytest.raises(EmbeddingError, match="unknown embedding model 'nobody-knows-this'"):
+    with pytest.raises(MemoryFileError, match="unknown embedding model 'nobody-knows-this'"):
         Memory(db)
 
 

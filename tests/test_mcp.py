@@ -94,7 +94,7 @@ def test_every_tool_over_stdio_then_the_file(tmp_path, sample_messages):
     assert "never as instructions" in out["instructions"]
 
     assert out["remember"]["stored"] == len(batch) and out["remember"]["message_ids"] == list(range(1, 42))
-    assert out["remember_one"] == {"stored": 1, "message_ids": [42]}
+    assert out["remember_one"] == {"stored": 1, "message_ids": [42], "new": [True]}
     assert len(out["search"]["results"]) == 3
     assert any("Northwind" in h["text"] for h in out["search"]["results"])
     assert out["search_seg"]["results"][0]["level"] == "segment"

@@ -3,11 +3,13 @@ duplicated or resurrected; the structure equals an ingest of the union in time o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
 from datetime import datetime, timedelta
+from importlib import resources
 from pathlib import Path
 
 import apsw
@@ -124,7 +126,11 @@ def test_merge_properties_on_random_diverged_pairs(n_ancestor, ops_a, ops_b, see
         expected = (set(messages(a)) | set(messages(b))) - forgotten
 
         with _open(a) as mem:
+            planned = mem.merge_from(b, dry_run=True)
             first = mem.merge_from(b)
+        # a dry run is the merge without the writes (issue 23.4: it once named a later rebuild point)
+        assert dataclasses.replace(planned, dry_run=False) == dataclasses.replace(
+            first, pending_steps=0, facts_added=(), facts_superseded=(), facts_removed=(), queries_added=0)
         got = messages(a)
         assert len(got) == len(set(got)), "a message was duplicated"
         assert set(got) == expected
@@ -205,10 +211,36 @@ def test_dry_run_writes_nothing(tmp_path):
         r = mem.merge_from(b, dry_run=True)
     assert r.dry_run and r.added == 3 and r.rebuilt_from is not None
     assert (messages(a), structure(a), tombstones(a)) == before
+    for side in ("a.db-wal", "a.db-shm", "b.db-wal", "b.db-shm"):  # (left by the raw reads above)
+        (tmp_path / side).unlink(missing_ok=True)
+    names = sorted(p.name for p in tmp_path.iterdir())
     with _open(a, read_only=True) as mem:  # a read-only memory may dry-run, not merge
         assert mem.merge_from(b, dry_run=True).added == 3
         with pytest.raises(Exception, match="read-only"):
             mem.merge_from(b)
+    # and neither file got a -wal or -shm beside it (issue 23.2): no one else had them open
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+
+
+def test_cli_dry_run_names_the_rebuild_point_the_merge_uses(tmp_path):
+    """Issue 23.4: a local forget moved the real rebuild point back to its segment's start, the dry
+    run reported the forgotten message's time."""
+    sample = resources.files("memsif_lite.data") / "sample_conversation.jsonl"
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    run = CliRunner().invoke
+    assert run(main, ["ingest", str(sample), "--db", str(a)]).exit_code == 0
+    shutil.copy(a, b)
+    assert run(main, ["forget", "--db", str(a), "--message", "12"]).exit_code == 0
+    added = run(main, ["add", "Leo", "See you at the new place!", "--at", "2024-03-16T21:00:00", "--db", str(b)])
+    assert added.exit_code == 0
+    dry = run(main, ["merge", str(b), "--db", str(a), "--dry-run", "--json"])
+    real = run(main, ["merge", str(b), "--db", str(a), "--json"])
+    assert dry.exit_code == 0 and real.exit_code == 0, dry.output + real.output
+    planned, done = json.loads(dry.output), json.loads(real.output)
+    assert planned["dry_run"] and not done["dry_run"]
+    for key in ("added", "removed_by_tombstones", "skipped_forgotten", "rebuilt_from", "replayed"):
+        assert planned[key] == done[key], key
+    assert done["replayed"] > 1
 
 
 def test_forgetting_wins_and_travels(tmp_path):

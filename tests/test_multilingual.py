@@ -438,4 +438,4 @@ def test_a_file_with_decomposed_text_is_indexed_again_composed(tmp_path):
         mem.forget(message_id=korean)
         assert mem.check() == []
     with raw(path) as con:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version() == 9
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version() >= 9

@@ -149,3 +149,90 @@ def test_optional_packages_are_imported_only_when_used(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []
 
+
+
+# -- a read-only open writes nothing beside the file (issue 23.2) -----------------------------------------
+def _listing(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def _every_read(mem: Memory, tmp: Path) -> None:
+    assert mem.stats()["messages"] >= 2
+    assert mem.search("Lisbon") and mem.search("Lisbon", level="segment") is not None
+    assert mem.get(1).speaker == "Ana" and len(mem.messages(limit=1)) == 1
+    mem.segments(), mem.trajectories(), mem.facts(), mem.active_facts(), mem.candidates()
+    assert "Lisbon" in mem.context("Where does Ana live?").text
+    assert mem.check() == []
+    mem.export_to(tmp / "out.jsonl")
+    mem.backup(tmp / "copy.db")
+
+
+def test_read_only_open_of_a_quiet_file_creates_no_side_file(tmp_path):
+    home, out = tmp_path / "home", tmp_path / "out"
+    home.mkdir(), out.mkdir()
+    db = home / "m.db"
+    _filled(db)
+    before = _listing(home)
+    assert set(before) == {"m.db"}                       # the writer's last close removed its side files
+    home.chmod(0o555)                                     # a read-only directory (root ignores it: the
+    try:                                                  # listing below is what is checked)
+        with Memory(db, embedder=FakeEmbedder(), read_only=True) as mem:
+            _every_read(mem, out)
+            assert _listing(home) == before
+    finally:
+        home.chmod(0o755)
+    assert _listing(home) == before
+
+
+def test_an_immutable_reader_sees_a_writer_that_comes_later(tmp_path):
+    db = tmp_path / "m.db"
+    _filled(db)
+    with Memory(db, embedder=FakeEmbedder(), read_only=True) as reader:
+        assert reader.stats()["messages"] == 2 and not (tmp_path / "m.db-wal").exists()
+        with Memory(db, embedder=FakeEmbedder()) as writer:
+            writer.add("Ana", "I moved to Porto in March.")
+            assert reader.stats()["messages"] == 3          # the writer's -wal: read the shared way
+            assert reader.search("Porto")[0].text == "I moved to Porto in March."
+            writer.add("Leo", "Pixel learnt to sit.")
+            assert [m.text for m in reader.messages()][-1] == "Pixel learnt to sit."
+        assert reader.stats()["messages"] == 4
+
+
+def test_an_immutable_reader_never_trusts_a_file_changed_between_its_reads(tmp_path):
+    """A writer that opened, wrote, checkpointed and closed between two reads leaves no -wal: the
+    changed file (size, time) is what tells the reader."""
+    db = tmp_path / "m.db"
+    _filled(db)
+    with Memory(db, embedder=FakeEmbedder(), read_only=True) as reader:
+        assert reader.stats()["messages"] == 2
+        for i in range(3):
+            with Memory(db, embedder=FakeEmbedder()) as writer:
+                writer.add("Ana", f"Note number {i} about the garden.")
+            # (from the second round on the reader reads the shared way, which keeps the -wal)
+            assert (tmp_path / "m.db-wal").exists() == (i > 0)
+            assert reader.stats()["messages"] == 3 + i
+            assert reader.messages()[-1].text == f"Note number {i} about the garden."
+
+
+def test_a_reader_opened_in_another_process_sees_commits_while_quiet_reads_stay_side_file_free(tmp_path):
+    db = tmp_path / "m.db"
+    _filled(db)
+    code = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})
+        from fakes import FakeEmbedder
+        from memsif_lite import Memory
+        with Memory({str(db)!r}, embedder=FakeEmbedder(), read_only=True) as mem:
+            print(mem.stats()["messages"], flush=True)
+            sys.stdin.readline()
+            print(mem.stats()["messages"], mem.messages()[-1].text, flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline().strip() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.db"]
+    with Memory(db, embedder=FakeEmbedder()) as writer:
+        writer.add("Leo", "Pixel learnt to sit.")
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "3 Pixel learnt to sit."
+    assert proc.wait(60) == 0

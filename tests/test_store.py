@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 
@@ -147,3 +148,24 @@ def test_closed_memory_refuses_calls(db, fake_embedder):
     mem.close()
     with pytest.raises(MemoryFileError, match="closed"):
         mem.add("A", "x")
+
+
+def test_a_new_memory_file_and_its_side_files_are_private_whatever_the_umask(tmp_path):
+    """Issue 24.7: under umask 022 the file, its -wal and its -shm were 0644."""
+    old = os.umask(0o022)
+    try:
+        db = tmp_path / "m.db"
+        with Memory(db, embedder=FakeEmbedder()) as mem:
+            mem.add("Ana", "I live in Lisbon.")
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    finally:
+        os.umask(old)
+    assert set(modes) == {"m.db", "m.db-wal", "m.db-shm"}
+    assert set(modes.values()) == {0o600}, modes
+
+
+def test_a_new_memory_file_is_never_created_through_a_dangling_link(tmp_path):
+    (tmp_path / "m.db").symlink_to(tmp_path / "elsewhere.db")
+    with pytest.raises(MemoryFileError, match="symbolic link"):
+        Memory(tmp_path / "m.db", embedder=FakeEmbedder())
+    assert not (tmp_path / "elsewhere.db").exists()

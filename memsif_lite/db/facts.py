@@ -10,6 +10,7 @@ import numpy as np
 from ..timeutil import from_stored
 from ..types import CoreFact, FactEvent
 from .base import Table
+from .messages import next_id, retire_id
 from .rows import FactRow, i8
 
 __all__ = ["CoreFacts"]
@@ -54,10 +55,10 @@ class CoreFacts(Table):
     # -- writes ------------------------------------------------------------------------------------
     def insert(self, *, subject: str, ftype: str, stmt: str, slot: str | None, valid_from: str, now: str,
                origin: str, vector: np.ndarray, message_ids: Sequence[int]) -> int:
+        fid = next_id(self.con, "core_facts")  # never a forgotten fact's id (sql/0010)
         self.con.execute(
-            "INSERT INTO core_facts(subject, type, stmt, slot, valid_from, created_at, updated_at, origin) "
-            "VALUES(?,?,?,?,?,?,?,?)", (subject, ftype, stmt, slot, valid_from, now, now, origin))
-        fid = self.con.last_insert_rowid()
+            "INSERT INTO core_facts(id, subject, type, stmt, slot, valid_from, created_at, updated_at, origin) "
+            "VALUES(?,?,?,?,?,?,?,?,?)", (fid, subject, ftype, stmt, slot, valid_from, now, now, origin))
         self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, vec_int8(?))", (fid, i8(vector)))
         self.add_sources(fid, message_ids)
         return fid
@@ -91,6 +92,7 @@ class CoreFacts(Table):
         self.con.execute("DELETE FROM fact_history WHERE fact_id=?", (fid,))
         self.con.execute("DELETE FROM fact_vec WHERE rowid=?", (fid,))
         self.con.execute("DELETE FROM core_facts WHERE id=?", (fid,))
+        retire_id(self.con, "core_facts", fid)
 
     def drop_source(self, mid: int) -> tuple[list[int], list[int]]:
         """Remove a message from every fact's provenance; returns (the facts left with no source,

@@ -132,6 +132,15 @@ class Filtering(Table):
         row = self.con.execute(sql, args).fetchone()
         return None if row is None else int(row[0])
 
+    def retried_id(self, speaker: str, text: str, session: str | None, since: str, before_created: str) -> int | None:
+        """The id of a message with this speaker, text and session, without a source id, timed at or
+        after ``since`` and stored before ``before_created`` (by an earlier call): what a retry of a
+        call that gave no time finds (index messages_speaker_at)."""
+        row = self.con.execute("SELECT id FROM messages WHERE speaker=? AND at>=? AND text=? AND session IS ? "
+                               "AND source_id IS NULL AND created_at<? ORDER BY at DESC LIMIT 1",
+                               (speaker, since, text, session, before_created)).fetchone()
+        return None if row is None else int(row[0])
+
     def only_facts(self, facts: list[CoreFact], f: MessageFilter | None) -> list[CoreFact]:
         """The matching ones among ``facts`` (all of them without a filter)."""
         if f is None:

@@ -24,7 +24,9 @@ from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
-from .messages import index_fulltext, unindex_fulltext
+from .messages import index_fulltext, malformed_times, unindex_fulltext
+from .queue import malformed_steps
+from .structure import malformed_units
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
 
@@ -226,13 +228,13 @@ def check_connection(con: Any) -> list[str]:
     fk = con.execute("PRAGMA foreign_key_check").fetchall()
     if fk:
         problems.append(f"{len(fk)} rows reference missing rows (first: {fk[0][0]})")
+    problems += malformed_times(con) + malformed_units(con, dim) + malformed_steps(con)[:20]
     return problems
 
 
 def backup(con: Any, dest: str | Path) -> None:
+    """``VACUUM INTO`` dest, which must be new or empty (Admin.backup creates it, empty and 0600)."""
     d = Path(dest)
-    if d.exists():
-        raise InvalidInputError(f"{d} already exists; choose a new file for the backup")
     previous = con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM INTO attaches the target
     try:
         con.execute("VACUUM INTO ?", (str(d),))

@@ -12,7 +12,7 @@ import numpy as np
 from ..int8 import dequantize, quantize
 from ..tokens import count_tokens
 from .base import Table
-from .messages import index_fulltext
+from .messages import high_water, index_fulltext
 
 __all__ = ["Tombstones", "MergeRows", "FullMessage", "tombstone_hash"]
 
@@ -172,9 +172,8 @@ class MergeRows(Table):
         self.con.execute("DELETE FROM segments WHERE id=?", (sid,))
 
     def max_message_id(self) -> int:
-        return int(self.con.execute(
-            "SELECT max(coalesce((SELECT max(id) FROM messages), 0), coalesce((SELECT max(message_id) "
-            "FROM work_queue), 0))").fetchone()[0])
+        """The highest message id this file ever used (ids are never reused: sql/0010)."""
+        return high_water(self.con, "messages")
 
     def insert(self, mid: int, m: FullMessage, vector: bytes, content_hash: bytes) -> None:
         """A message under a given id, with its vector and full-text row."""

@@ -8,16 +8,43 @@ import numpy as np
 
 from ..fulltext import index_text
 from ..int8 import quantize
-from ..timeutil import from_stored
+from ..timeutil import from_stored, is_stored
 from ..tokens import count_tokens
 from ..types import Message
 from .base import Table
 from .rows import MessageRow, from_i8
 from .vector_cache import VectorCache
 
-__all__ = ["Messages", "index_fulltext", "unindex_fulltext"]
+__all__ = ["Messages", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water", "ID_HIGH",
+           "malformed_times"]
 
 _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
+
+#: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)
+ID_HIGH = {"messages": "message_id_high", "core_facts": "fact_id_high"}
+
+
+def high_water(con: Any, table: str) -> int:
+    """The highest id ``table`` has ever used in this file: its current largest id, or the largest
+    id deleted from it (meta's mark; garbage there reads as 0, the mark is only a floor). For
+    messages also any id a queued step is keyed by: a new message must not inherit its steps."""
+    queued = " coalesce((SELECT max(message_id) FROM work_queue), 0)," if table == "messages" else ""
+    return int(con.execute(
+        f"SELECT max(coalesce((SELECT max(id) FROM {table}), 0),{queued} "
+        "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key=?), 0))", (ID_HIGH[table],)).fetchone()[0])
+
+
+def next_id(con: Any, table: str) -> int:
+    """The id of a new row of ``table``: above every id it ever used, so an id is never reused
+    (SQLite's own choice, max(id)+1, would give a forgotten last row's id to the next one)."""
+    return high_water(con, table) + 1
+
+
+def retire_id(con: Any, table: str, rid: int) -> None:
+    """Record, in the deleting transaction, that ``rid`` was used: no later row takes it."""
+    con.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = "
+                "CAST(max(coalesce(CAST(value AS INTEGER), 0), CAST(excluded.value AS INTEGER)) AS TEXT)",
+                (ID_HIGH[table], str(int(rid))))
 
 
 def index_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
@@ -32,6 +59,14 @@ def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
     """Remove what :func:`index_fulltext` indexed for this message (FTS5 needs the same values)."""
     con.execute("INSERT INTO message_fts(message_fts, rowid, speaker, text) VALUES('delete', ?, ?, ?)",
                 (mid, index_text(speaker), index_text(text)))
+
+
+def malformed_times(con: Any) -> list[str]:
+    """``memsif check``: messages whose time is not a stored time (reading them raises
+    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`)."""
+    bad = [mid for mid, at in con.execute("SELECT id, at FROM messages") if not is_stored(at)]
+    return [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
+        if bad else []
 
 
 def _row(r: tuple) -> MessageRow:
@@ -51,12 +86,12 @@ class Messages(Table):
                content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None,
                tokens: int | None = None) -> int:
         """The message row (with its UTC offset and token count), its int8 vector and its full-text row."""
+        mid = next_id(self.con, "messages")
         self.con.execute(
-            "INSERT INTO messages(speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
-            "tokens) VALUES(?,?,?,?,?,?,?,?,?)",
-            (speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min,
+            "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
+            "tokens) VALUES(?,?,?,?,?,?,?,?,?,?)",
+            (mid, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min,
              count_tokens(text) if tokens is None else tokens))
-        mid = self.con.last_insert_rowid()
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
         self.cache.stage_add(mid, code)
@@ -86,6 +121,16 @@ class Messages(Table):
 
     def exists(self, mid: int) -> bool:
         return self.con.execute("SELECT 1 FROM messages WHERE id=?", (mid,)).fetchone() is not None
+
+    def with_source(self, source_id: str, speaker: str | None) -> list[int]:
+        """Ids of the messages with this ``source_id`` (and speaker, when given: the pair ingest's
+        ``skip_existing`` treats as one message), in order."""
+        if speaker is None:
+            rows = self.con.execute("SELECT id FROM messages WHERE source_id=? ORDER BY id", (source_id,))
+        else:
+            rows = self.con.execute("SELECT id FROM messages WHERE source_id=? AND speaker=? ORDER BY id",
+                                    (source_id, speaker))
+        return [int(r[0]) for r in rows]
 
     def missing(self, ids: Sequence[int]) -> list[int]:
         """Those of ``ids`` that are not stored, in the order given."""
@@ -119,6 +164,7 @@ class Messages(Table):
         unindex_fulltext(self.con, mid, row[0], row[1])
         self.con.execute("DELETE FROM message_vec WHERE rowid=?", (mid,))
         self.con.execute("DELETE FROM messages WHERE id=?", (mid,))
+        retire_id(self.con, "messages", mid)
         self.bump_epoch()
         self.cache.stage_delete(mid)
 

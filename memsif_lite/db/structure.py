@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
+from ..errors import StorageCorruptError
 from ..int8 import quantize
+from ..timeutil import is_stored
 from .base import Table
 from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
 from .vector_cache import VectorCache
 
-__all__ = ["Structure", "UNIT_TABLES"]
+__all__ = ["Structure", "UNIT_TABLES", "malformed_units"]
 
 #: the two composite levels: table, vec0 table
 UNIT_TABLES = {"segment": ("segments", "segment_vec"), "trajectory": ("trajectories", "trajectory_vec")}
@@ -21,6 +23,47 @@ _MEMBERS = {
     "segment": "u.segment_id=?",
     "trajectory": "u.segment_id IN (SELECT id FROM segments WHERE trajectory_id=?)",
 }
+
+
+def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: int) -> str | None:
+    """Why a stored segment or trajectory row cannot be read, or None."""
+    if not isinstance(blob, bytes) or len(blob) != 4 * dim:
+        return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
+    if not isinstance(n, int) or n < 0:
+        return "its message count is not a count"
+    try:
+        counts = json.loads(entities)
+    except (TypeError, ValueError):
+        counts = None
+    if not isinstance(counts, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                               for v in counts.values()):
+        return "its entities are not a JSON object of counts"
+    if not (is_stored(start) and is_stored(end)):
+        return "its span is not made of memsif timestamps"
+    return None
+
+
+def _entity_list(mid: int, text: Any) -> list[str]:
+    """A message's stored entities (a JSON list of strings), or a clear error for a damaged file."""
+    try:
+        ents = json.loads(text)
+    except (TypeError, ValueError):
+        ents = None
+    if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
+        raise StorageCorruptError(f"the entities of message {mid} are not a JSON list; the memory file is damaged "
+                                  "or was edited (run `memsif check`)")
+    return ents
+
+
+def malformed_units(con: Any, dim: int) -> list[str]:
+    """``memsif check``: segments and trajectories that :meth:`Structure.load` would refuse."""
+    out = []
+    for level, (table, _) in UNIT_TABLES.items():
+        for r in con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} ORDER BY id"):
+            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim)
+            if why is not None:
+                out.append(f"{level} {r[0]}: {why}")
+    return out[:20]
 
 
 class Structure(Table):
@@ -42,8 +85,11 @@ class Structure(Table):
         table = UNIT_TABLES[level][0]
         row = self.con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} WHERE id=?",
                                (uid,)).fetchone()
-        return Unit(row[0], row[1], from_sum(row[2]), Counter(json.loads(row[3])),
-                    row[4], row[5])
+        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], self.caches[level].dim)
+        if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
+            raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
+                                      "edited (run `memsif check`)")
+        return Unit(row[0], row[1], from_sum(row[2]), Counter(json.loads(row[3])), row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""
@@ -168,7 +214,7 @@ class Structure(Table):
             "SELECT u.message_id, v.embedding, u.entities, m.at FROM message_units u "
             "JOIN messages m ON m.id=u.message_id JOIN message_vec v ON v.rowid=u.message_id "
             f"WHERE {_MEMBERS[level]} ORDER BY u.message_id", (uid,)).fetchall()
-        return [(r[0], from_i8(r[1]), json.loads(r[2]), r[3]) for r in rows]
+        return [(r[0], from_i8(r[1]), _entity_list(r[0], r[2]), r[3]) for r in rows]
 
     def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
         """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first."""
