@@ -44,7 +44,7 @@ from .config import Config
 from .core_facts import Candidate
 from .db import Database
 from .db.merge import FullMessage
-from .db.queue import CLOSE, EXTRACT, FACT, PLACE
+from .db.queue import CLOSE, EXTRACT, FACT, PLACE, step_problem
 from .embed import Embeddings
 from .entities import extract_entities
 from .errors import InvalidInputError, MemoryFileError
@@ -321,9 +321,9 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
             continue
         db.merge.move_evidence(m.id, nid)
         for sub, kind, step_seg, payload in db.merge.queued(m.id):
-            keep = ((kind in (CLOSE, EXTRACT) and step_seg is not None and step_seg not in dropped)
-                    or (kind == FACT and payload is not None
-                        and not moved.intersection(Candidate.from_json(payload).message_ids)))
+            keep = step_problem(kind, step_seg, payload) is None and (  # a malformed row is dropped
+                (kind in (CLOSE, EXTRACT) and step_seg not in dropped)
+                or (kind == FACT and not moved.intersection(Candidate.from_json(str(payload)).message_ids)))
             if keep:
                 db.merge.rekey(m.id, sub, first_new, _REKEYED_SUB + rekeyed)
                 rekeyed += 1

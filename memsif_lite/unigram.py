@@ -19,16 +19,15 @@ suite compares it with ``tokenizers`` on thousands of texts, random Unicode incl
 
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-__all__ = ["UnigramTokenizer", "Encoding", "AddedToken"]
+__all__ = ["UnigramTokenizer", "Encoding"]
 
 _UNK_PENALTY = 10.0
 _SPACE = "\u2581"
@@ -51,101 +50,11 @@ _NEWER_UNICODE = re.compile("["
                             "]")
 
 
-@functools.lru_cache(maxsize=1)
-def _joining_starters() -> frozenset[str]:
-    """Characters of combining class 0 that compose with the character before them (the second
-    of a canonical pair: Hangul vowels and final consonants, some Indic vowel signs)."""
-    out = {chr(c) for c in [*range(0x1161, 0x1176), *range(0x11A8, 0x11C3)]}
-    for c in range(0x110000):
-        d = unicodedata.decomposition(chr(c))
-        if d and not d.startswith("<"):
-            parts = d.split()
-            if len(parts) == 2 and unicodedata.combining(chr(int(parts[1], 16))) == 0:
-                out.add(chr(int(parts[1], 16)))
-    return frozenset(out)
-
-
-def _clusters(text: str) -> list[tuple[int, int]]:
-    """``text`` cut before every character that starts what NFKC treats apart: a starter that
-    does not compose with the one before it and does not decompose to a combining mark."""
-    joining = _joining_starters()
-    cuts = [0]
-    for i in range(1, len(text)):
-        c = text[i]
-        inert = _NEWER_UNICODE.match(text, i - 1) or _NEWER_UNICODE.match(text, i)  # kept as they are
-        if inert or (unicodedata.combining(c) == 0 and c not in joining
-                     and unicodedata.combining(unicodedata.normalize("NFKD", c)[:1] or c) == 0):
-            cuts.append(i)
-    return list(zip(cuts, [*cuts[1:], len(text)], strict=True))
-
-
-def _nfkc_sources(cluster: str) -> list[tuple[str, int]]:
-    """NFKC of a cluster, each character with the index of the source character it is aligned
-    with, as the library's aligned normaliser does it. Each character takes source places: the first
-    part of a decomposition one (its source's), a further part none (it is aligned with the place
-    before); marks are reordered by combining class with what they take, and a composition takes
-    what its parts took; the characters then take the places in order."""
-    chars: list[list[Any]] = []  # [character, places it takes]
-    for src in cluster:
-        chars += [[c, int(n == 0)] for n, c in enumerate(unicodedata.normalize("NFKD", src))]
-    i = 0
-    while i < len(chars):  # canonical ordering of each run of marks
-        j = i
-        while j < len(chars) and unicodedata.combining(chars[j][0]):
-            j += 1
-        if j > i:
-            chars[i:j] = sorted(chars[i:j], key=lambda x: unicodedata.combining(x[0]))
-        i = j + 1
-    out: list[list[Any]] = []
-    starter, last_class = -1, -1
-    for c, taken in chars:
-        cc = unicodedata.combining(c)
-        if starter >= 0 and (last_class < cc or (last_class == 0 and cc == 0 and starter == len(out) - 1)):
-            both = unicodedata.normalize("NFC", out[starter][0] + c)
-            if len(both) == 1:
-                out[starter] = [both, out[starter][1] + taken]
-                continue
-        if cc == 0:
-            starter, last_class = len(out), -1
-        else:
-            last_class = cc
-        out.append([c, taken])
-    aligned: list[tuple[str, int]] = []
-    p = 0
-    for c, taken in out:
-        aligned.append((c, p if taken else max(p - 1, 0)))
-        p += taken
-    return aligned
-
-
 @dataclass(frozen=True)
 class Encoding:
-    """What the callers read of an encoding (the attributes of ``tokenizers.Encoding``): ``ids``;
-    ``tokens`` (the pieces; an unknown run as its normalised text) and ``offsets`` (each token's
-    characters in the text, as the library aligns them) computed on first use, by a second pass
-    that tracks where each normalised character came from (embeddings read only the ids)."""
+    """What the callers read of an encoding (the same attribute as ``tokenizers.Encoding``)."""
 
     ids: list[int]
-    _detail: Callable[[], tuple[list[str], list[tuple[int, int]]]] = field(repr=False, compare=False)
-
-    @functools.cached_property
-    def _pieces(self) -> tuple[list[str], list[tuple[int, int]]]:
-        return self._detail()
-
-    @property
-    def tokens(self) -> list[str]:
-        return self._pieces[0]
-
-    @property
-    def offsets(self) -> list[tuple[int, int]]:
-        return self._pieces[1]
-
-
-@dataclass(frozen=True)
-class AddedToken:
-    """An added (special) token, as ``Tokenizer.get_added_tokens_decoder`` gives it."""
-
-    content: str
 
 
 def _normalizer(spec: dict[str, Any]) -> list[tuple[str, Any, str]]:
@@ -179,7 +88,6 @@ class UnigramTokenizer:
         self._steps = _normalizer(spec["normalizer"])
         vocab = model["vocab"]
         self._ids = {piece: i for i, (piece, _) in enumerate(vocab)}
-        self._pieces = [piece for piece, _ in vocab]
         self._scores = [float(score) for _, score in vocab]
         self._unk = int(model["unk_id"])
         self._unk_score = min(self._scores) - _UNK_PENALTY
@@ -222,8 +130,8 @@ class UnigramTokenizer:
                 text = text.replace(pattern, content)
         return text
 
-    def _segment(self, word: str) -> list[tuple[int, int, int]]:
-        """Viterbi over one pre-tokenized word: (id, start, end) of each piece in the word."""
+    def _segment(self, word: str) -> list[int]:
+        """Viterbi over one pre-tokenized word."""
         n = len(word)
         best: list[tuple[float, int, int] | None] = [None] * (n + 1)  # (score, start, id) ending here
         best[0] = (0.0, 0, -1)
@@ -249,25 +157,19 @@ class UnigramTokenizer:
                 old = best[start + 1]
                 if old is None or cand > old[0]:
                     best[start + 1] = (cand, start, self._unk)
-        out: list[tuple[int, int, int]] = []
+        out: list[int] = []
         end = n
         while end > 0:
             node = best[end]
             assert node is not None
-            if node[2] == self._unk and out and out[-1][0] == self._unk:  # fuse adjacent unknowns
-                out[-1] = (self._unk, node[1], out[-1][2])
-            else:
-                out.append((node[2], node[1], end))
+            if not (node[2] == self._unk and out and out[-1] == self._unk):  # fuse adjacent unknowns
+                out.append(node[2])
             end = node[1]
         out.reverse()
         return out
 
-    def _text_ids(self, text: str, out: list[int], keep: int | None, log: list[Any]) -> None:
-        """The ids of a text between special tokens, appended to ``out``; what was found on the way
-        (the normalised text and each word's pieces) appended to ``log`` for :meth:`_details`."""
+    def _text_ids(self, text: str, out: list[int], keep: int | None) -> None:
         norm = self._normalize(text)
-        words: list[tuple[int, list[tuple[int, int, int]]]] = []
-        log.append((norm, words))
         if not norm:
             return
         norm = norm.replace(" ", _SPACE)
@@ -276,77 +178,7 @@ class UnigramTokenizer:
         for m in re.finditer(_SPACE + "[^" + _SPACE + "]*", norm):
             if keep is not None and len(out) >= keep:
                 return
-            pieces = self._segment(m.group())
-            words.append((m.start(), pieces))
-            out += [piece[0] for piece in pieces]
-
-    def _text_pieces(self, text: str, base: int, found: Any, out: list[tuple[int, str, tuple[int, int]]]) -> None:
-        """The pieces :meth:`_text_ids` found in ``text``, each with its text and the characters of
-        ``text`` it came from (offsets from ``base``), aligned as the tokenizers library aligns them."""
-        norm, words = found
-        if not norm:
-            return
-        if norm == text:  # nothing normalised: each character is its own
-            chars, align = list(text), [(base + i, base + i + 1) for i in range(len(text))]
-        else:
-            chars, align = self._normalize_aligned(text, base)
-        chars = [_SPACE if c == " " else c for c in chars]
-        if chars[0] != _SPACE:
-            chars, align = [_SPACE, *chars], [align[0], *align]
-        joined = "".join(chars)
-        for w, pieces in words:
-            for pid, a, b in pieces:
-                piece = joined[w + a:w + b] if pid == self._unk else self._pieces[pid]
-                out.append((pid, piece, (align[w + a][0], align[w + b - 1][1])))
-
-    def _normalize_aligned(self, text: str, base: int) -> tuple[list[str], list[tuple[int, int]]]:
-        """:meth:`_normalize` of ``text`` character by character, with the characters of the text
-        (from ``base``) each normalised one comes from: a replaced character keeps its own, the
-        replacement of a run (collapsed spaces) the last one of the run's, every character of a
-        decomposition its source's, a composition its first source's (the library's alignment)."""
-        chars, align = list(text), [(base + i, base + i + 1) for i in range(len(text))]
-        for kind, pattern, content in self._steps:
-            joined = "".join(chars)
-            if kind == "nfkc":
-                chars, align = self._nfkc_aligned(joined, align)
-                continue
-            found = pattern.finditer(joined) if kind == "regex" else re.finditer(re.escape(pattern), joined)
-            new_chars: list[str] = []
-            new_align: list[tuple[int, int]] = []
-            pos = 0
-            for m in found:
-                if m.end() == m.start():
-                    continue
-                new_chars += chars[pos:m.start()]
-                new_align += align[pos:m.start()]
-                new_chars += list(content)
-                new_align += [align[m.end() - 1]] * len(content)
-                pos = m.end()
-            chars, align = new_chars + chars[pos:], new_align + align[pos:]
-        return chars, align
-
-    def _nfkc_aligned(self, text: str, align: list[tuple[int, int]]) -> tuple[list[str], list[tuple[int, int]]]:
-        norm = self._nfkc(text)
-        if norm == text:
-            return list(text), align
-        chars: list[str] = []
-        out: list[tuple[int, int]] = []
-        for i, j in _clusters(text):
-            if j - i == 1 or _NEWER_UNICODE.match(text, i):
-                got = self._nfkc(text[i:j])
-                chars += got
-                out += [align[i]] * len(got)
-            else:
-                for c, src in _nfkc_sources(text[i:j]):
-                    chars.append(c)
-                    out.append(align[i + src])
-        if "".join(chars) != norm:  # clusters did not normalise independently: align the whole text to its start
-            chars, out = list(norm), [align[0]] * len(norm)
-        return chars, out
-
-    def get_added_tokens_decoder(self) -> dict[int, AddedToken]:
-        """The added tokens by id (``<s>``, ``<mask>``...), as the library gives them."""
-        return {sid: AddedToken(content) for content, (sid, _) in self._specials.items()}
+            out += self._segment(m.group())
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
         """Ids of ``text``; with special tokens (an embedding), only as many as the file's
@@ -358,38 +190,17 @@ class UnigramTokenizer:
                 raise ValueError("text is not valid Unicode (a lone surrogate)") from None
         keep = self._keep if add_special_tokens else None
         ids: list[int] = []
-        log: list[Any] = []
         pos = 0
         for m in self._special_re.finditer(text) if self._specials else ():
             sid, lstrip = self._specials[m.group()]
             before = text[pos:m.start()]
-            self._text_ids(before.rstrip(_LSTRIP) if lstrip else before, ids, keep, log)
+            self._text_ids(before.rstrip(_LSTRIP) if lstrip else before, ids, keep)
             ids.append(sid)
             pos = m.end()
-        self._text_ids(text[pos:], ids, keep, log)
+        self._text_ids(text[pos:], ids, keep)
         if keep is not None:
             ids = ids[:keep]
-        if add_special_tokens:
-            ids = [self._bos, *ids, self._eos]
-        return Encoding(ids, functools.partial(self._details, text, add_special_tokens, log))
-
-    def _details(self, text: str, add_special_tokens: bool, log: list[Any]) -> tuple[list[str], list[tuple[int, int]]]:
-        """The pieces and offsets of :meth:`encode`'s ids, from what it found (``log``), on first use."""
-        found: list[tuple[int, str, tuple[int, int]]] = []
-        pos = 0
-        segments = iter(log)
-        for m in self._special_re.finditer(text) if self._specials else ():
-            sid, lstrip = self._specials[m.group()]
-            before = text[pos:m.start()]
-            kept = before.rstrip(_LSTRIP) if lstrip else before
-            self._text_pieces(kept, pos, next(segments), found)
-            found.append((sid, text[pos + len(kept):m.end()], (pos + len(kept), m.end())))  # with what it strips
-            pos = m.end()
-        self._text_pieces(text[pos:], pos, next(segments), found)
-        if add_special_tokens:
-            found = found[:self._keep] if self._keep is not None else found
-            found = [(self._bos, self._pieces[self._bos], (0, 0)), *found, (self._eos, self._pieces[self._eos], (0, 0))]
-        return [p for _, p, _ in found], [span for _, _, span in found]
+        return Encoding([self._bos, *ids, self._eos] if add_special_tokens else ids)
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
         return [self.encode(t, add_special_tokens) for t in texts]

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 from datetime import datetime, timedelta
 from importlib import resources
@@ -23,6 +24,9 @@ from memsif_lite import Memory, MemoryFileError, NotAMemoryFileError, SchemaVers
 from memsif_lite.cli import main
 from memsif_lite.db.merge import tombstone_hash
 from memsif_lite.errors import InvalidInputError
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from make_hostile import POISONED_STEPS, poison_queue  # noqa: E402
 
 T0 = datetime(2024, 3, 1, 9, 0, 0)
 SENTENCES = [
@@ -241,6 +245,19 @@ def test_cli_dry_run_names_the_rebuild_point_the_merge_uses(tmp_path):
     for key in ("added", "removed_by_tombstones", "skipped_forgotten", "rebuilt_from", "replayed"):
         assert planned[key] == done[key], key
     assert done["replayed"] > 1
+
+
+@pytest.mark.parametrize("label, kind, seg, payload", POISONED_STEPS, ids=lambda v: str(v)[:24])
+def test_a_poisoned_queued_step_of_a_replayed_message_is_dropped_by_a_merge(tmp_path, label, kind, seg, payload):
+    a, b = _diverged(tmp_path)
+    with raw(a) as con:
+        last = con.execute("SELECT max(id) FROM messages").fetchone()[0]
+    poison_queue(a, kind, seg, payload, message_id=last, sub=500)
+    with _open(a) as mem:
+        assert mem.merge_from(b).added == 3
+        assert mem.check() == []
+    with raw(a) as con:
+        assert con.execute("SELECT count(*) FROM work_queue WHERE sub >= 500").fetchone()[0] == 0
 
 
 def test_forgetting_wins_and_travels(tmp_path):
