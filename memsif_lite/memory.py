@@ -61,7 +61,7 @@ class Memory:
         self._closed = False
         self._health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s,
                                    schema_mode=cfg.llm_schema)
-        self._setup = pipelines.Setup(self.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
+        self._setup = pipelines.Setup(self._quiet.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
         self._mode = "manual" if self.read_only else process
         self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
 
@@ -93,7 +93,7 @@ class Memory:
             with store.map_errors():
                 yield self._db
 
-    def _read(self, fn: Callable[[Database], T], *, snapshot: bool = True) -> T:
+    def _read(self, fn: Callable[[Database], T], *, snapshot: bool = True, undo: Callable[[], None] | None = None) -> T:
         """A public read: ``fn`` on the file, in one read snapshot unless ``snapshot`` is false;
         read-only, read as immutable while no one else has the file open (:class:`~memsif_lite.store.QuietReads`)."""
         def once() -> T:
@@ -101,14 +101,14 @@ class Memory:
                 return fn(self._db)
 
         with self._session():
-            return self._quiet.read(once, self._share)
+            return self._quiet.read(once, self._share, undo)
 
     def _share(self) -> None:
         """Another process has the file open: read it from now on as SQLite coordinates readers
         with a writer (through its ``-shm``), on a new connection."""
         old = self._db
-        self._db = pipelines.reopen(self.path, self.config, self._setup.emb, read_only=True)
-        self._quiet = store.QuietReads(self.path, None)
+        self._db = pipelines.reopen(self._quiet.path, self.config, self._setup.emb, read_only=True)
+        self._quiet = store.QuietReads(self._quiet.path, None)
         self._processor.close(0.0)
         self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
         old.close()
@@ -232,7 +232,8 @@ class Memory:
     def export_to(self, path: str | Path, *, overwrite: bool = False) -> int:
         """Write everything as JSON lines from one consistent snapshot, to a new file (0600) unless
         ``overwrite``; returns the line count."""
-        return self._read(lambda db: db.admin.export_to(Path(path), overwrite=overwrite))
+        dest = Path(path)
+        return self._read(lambda db: db.admin.export_to(dest, overwrite=overwrite), undo=dest.unlink)
 
     def import_from(self, path: str | Path) -> dict[str, int]:
         """Load an export into this (fresh) memory file, in one transaction."""
@@ -255,7 +256,7 @@ class Memory:
 
     def backup(self, dest: str | Path) -> None:
         """A consistent, self-contained copy (``VACUUM INTO``), safe while others write."""
-        self._read(lambda db: db.admin.backup(dest), snapshot=False)
+        self._read(lambda db: db.admin.backup(dest), snapshot=False, undo=Path(dest).unlink)
 
     def check(self) -> list[str]:
         """Integrity, full-text and vector-table checks; an empty list means healthy."""

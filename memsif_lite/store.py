@@ -377,7 +377,9 @@ class QuietReads:
     the ``-shm`` wal-index to coordinate with that writer, and reads are exact again)."""
 
     def __init__(self, path: Path, stamp: tuple[int, int, int, int] | None):
-        self.path, self.stamp = path, stamp
+        # the real file: SQLite puts a writer's -wal beside it, not beside a symbolic link to it,
+        # and a later chdir must not make the path name another file
+        self.path, self.stamp = Path(path).resolve(), stamp
 
     @property
     def immutable(self) -> bool:
@@ -388,18 +390,21 @@ class QuietReads:
 
     @classmethod
     def now(cls, path: Path) -> "QuietReads":
-        return cls(path, quiet_stamp(path))
+        return cls(path, quiet_stamp(Path(path).resolve()))
 
-    def read(self, once: Callable[[], T], share: Callable[[], None]) -> T:
-        """``once()``, trusted only if the file stayed quiet around it; else ``share()`` (reopen
-        the shared way) and ``once()`` again. A storage error while the file changed is retried too
-        (an immutable read may meet a page a writer's checkpoint was rewriting)."""
+    def read(self, once: Callable[[], T], share: Callable[[], None], undo: Callable[[], None] | None = None) -> T:
+        """``once()``, trusted only if the file stayed quiet around it; else ``undo()`` what that
+        untrusted ``once()`` wrote (an export, a backup), ``share()`` (reopen the shared way) and
+        ``once()`` again. A storage error while the file changed is retried too (an immutable read
+        may meet a page a writer's checkpoint was rewriting)."""
         if self.immutable:
             try:
                 if self.still_quiet():
                     result = once()
                     if self.still_quiet():
                         return result
+                    if undo is not None:
+                        undo()
             except (StorageError, apsw.Error):
                 if self.still_quiet():
                     raise

@@ -268,3 +268,29 @@ def test_cli_ingest_names_the_line_of_a_far_offset_date(tmp_path):
     res = CliRunner().invoke(main, ["ingest", str(src), "--db", str(tmp_path / "m.db")])
     assert res.exit_code == 1
     assert "in.jsonl:2:" in res.output and "out of range" in res.output and "please report" not in res.output
+
+
+@pytest.mark.parametrize("where", ["meta", "queue"])
+def test_a_planted_high_water_mark_at_the_int64_limit_is_a_corrupt_file_not_an_overflow(memory, db, where):
+    """The cold review of issue 24: next_id computed 2**63 - 1 + 1, a raw OverflowError on every add."""
+    memory().add("Ana", "I live in Lisbon.")
+    if where == "meta":
+        con = apsw.Connection(str(db))
+        con.execute("UPDATE meta SET value=? WHERE key='message_id_high'", (str(2**63 - 1),))
+        con.close()
+    else:
+        poison_queue(db, "place", None, None, message_id=2**63 - 1)
+    mem = memory()
+    with pytest.raises(StorageCorruptError, match="beyond any id memsif gives"):
+        mem.add("Ana", "I moved to Porto.")
+    assert any("high-water mark" in p for p in mem.check())
+    assert [m.text for m in mem.messages()] == ["I live in Lisbon."]
+
+
+def test_export_refuses_its_own_memory_file_even_with_overwrite(memory, db, tmp_path):
+    mem = memory()
+    mem.add("Ana", "I live in Lisbon.")
+    for dest in (db, tmp_path / "memory.db-wal"):
+        with pytest.raises(InvalidInputError, match="this memory file"):
+            mem.export_to(dest, overwrite=True)
+    assert mem.check() == [] and len(mem.messages()) == 1

@@ -236,3 +236,61 @@ def test_a_reader_opened_in_another_process_sees_commits_while_quiet_reads_stay_
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "3 Pixel learnt to sit."
     assert proc.wait(60) == 0
+
+
+def test_a_read_only_memory_opened_through_a_symlink_sees_a_writer_of_the_real_file(tmp_path):
+    """The cold review of issue 23: the writer's -wal lies beside the real file, not beside the link."""
+    real = tmp_path / "real"
+    real.mkdir()
+    _filled(real / "m.db")
+    (tmp_path / "link.db").symlink_to(real / "m.db")
+    with Memory(tmp_path / "link.db", embedder=FakeEmbedder(), read_only=True) as reader:
+        assert reader.stats()["messages"] == 2
+        with Memory(real / "m.db", embedder=FakeEmbedder()) as writer:
+            writer.add("Ana", "I moved to Porto in March.")
+            assert reader.stats()["messages"] == 3
+
+
+def test_a_read_only_memory_keeps_its_file_after_a_chdir(tmp_path, monkeypatch):
+    for d, who in (("one", "Ana"), ("two", "Bo")):
+        (tmp_path / d).mkdir()
+        with Memory(tmp_path / d / "m.db", embedder=FakeEmbedder()) as mem:
+            mem.add(who, "Hello there.")
+    monkeypatch.chdir(tmp_path / "one")
+    with Memory("m.db", embedder=FakeEmbedder(), read_only=True) as reader:
+        assert [m.speaker for m in reader.messages()] == ["Ana"]
+        monkeypatch.chdir(tmp_path / "two")
+        with Memory(tmp_path / "one" / "m.db", embedder=FakeEmbedder()) as writer:  # makes the reader share
+            writer.add("Ana", "Still me.")
+            assert [m.speaker for m in reader.messages()] == ["Ana", "Ana"]
+
+
+def test_exports_and_backups_of_read_only_memories_succeed_while_a_writer_comes_and_goes(tmp_path):
+    """A read judged untrusted (the file changed during it) is read again: its export or backup,
+    already in place, is removed first, so the second one is not refused as 'already exists'."""
+    import threading
+
+    db = tmp_path / "m.db"
+    _filled(db)
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            with Memory(db, embedder=FakeEmbedder()) as mem:
+                mem.add("Leo", f"Walk number {i} with Pixel in the park.")
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for i in range(60):
+            with Memory(db, embedder=FakeEmbedder(), read_only=True) as reader:
+                n = reader.export_to(tmp_path / f"e{i}.jsonl")
+                reader.backup(tmp_path / f"b{i}.db")
+            assert n == len((tmp_path / f"e{i}.jsonl").read_text(encoding="utf-8").splitlines())
+            with Memory(tmp_path / f"b{i}.db", embedder=FakeEmbedder(), read_only=True) as copy:
+                assert copy.stats()["messages"] >= 2 and copy.check() == []
+    finally:
+        stop.set()
+        t.join()

@@ -18,7 +18,7 @@ from ..errors import InvalidInputError
 from ..timeutil import is_stored
 from .base import Table
 from .maintenance import backup, check_connection, export_rows, import_rows, read_export
-from .messages import ID_HIGH, retire_id
+from .messages import ID_HIGH, ID_LIMIT, retire_id
 from .queue import step_problem
 from .vector_cache import VectorCache
 
@@ -74,6 +74,9 @@ class Admin(Table):
         ``overwrite``, and then it is replaced, never written through."""
         if not overwrite and os.path.lexists(path):
             raise InvalidInputError(f"{path} already exists; choose a new file (or overwrite it: --force)")
+        mine = self.con.db_filename("main")
+        if os.path.realpath(path) in {os.path.realpath(mine + side) for side in ("", "-wal", "-shm", "-journal")}:
+            raise InvalidInputError(f"{path} is this memory file (or its side file); export to another file")
         n = 0
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
@@ -188,7 +191,7 @@ def _checked(rows: Iterator[dict], lines: _Lines, dim: int, marks: dict[str, int
     if isinstance(header, dict) and isinstance(header.get("meta"), dict):
         for table, key in ID_HIGH.items():
             value = header["meta"].get(key)
-            if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) <= INT64_MAX:
+            if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) < ID_LIMIT - 1:
                 marks[table] = int(value)
     if header is not None:
         yield header

@@ -24,7 +24,7 @@ from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
-from .messages import index_fulltext, malformed_times, unindex_fulltext
+from .messages import id_problems, index_fulltext, malformed_times, unindex_fulltext
 from .queue import malformed_steps
 from .structure import malformed_units
 
@@ -228,7 +228,7 @@ def check_connection(con: Any) -> list[str]:
     fk = con.execute("PRAGMA foreign_key_check").fetchall()
     if fk:
         problems.append(f"{len(fk)} rows reference missing rows (first: {fk[0][0]})")
-    problems += malformed_times(con) + malformed_units(con, dim) + malformed_steps(con)[:20]
+    problems += malformed_times(con) + malformed_units(con, dim) + malformed_steps(con)[:20] + id_problems(con)
     return problems
 
 

@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import StorageCorruptError
 from ..fulltext import index_text
 from ..int8 import quantize
 from ..timeutil import from_stored, is_stored
@@ -16,7 +17,7 @@ from .rows import MessageRow, from_i8
 from .vector_cache import VectorCache
 
 __all__ = ["Messages", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water", "ID_HIGH",
-           "malformed_times"]
+           "malformed_times", "id_problems", "ID_LIMIT"]
 
 _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 
@@ -34,10 +35,25 @@ def high_water(con: Any, table: str) -> int:
         "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key=?), 0))", (ID_HIGH[table],)).fetchone()[0])
 
 
+#: ids memsif gives stay below this (2**53: exact in JSON everywhere); a file whose ids or marks
+#: reach it (a planted mark, a crafted export) is damaged, not a reason for an OverflowError
+ID_LIMIT = 2**53
+
+
 def next_id(con: Any, table: str) -> int:
     """The id of a new row of ``table``: above every id it ever used, so an id is never reused
     (SQLite's own choice, max(id)+1, would give a forgotten last row's id to the next one)."""
-    return high_water(con, table) + 1
+    high = high_water(con, table)
+    if high + 1 >= ID_LIMIT:
+        raise StorageCorruptError(f"the {table} ids of this file reach {high}, beyond any id memsif gives "
+                                  "(a damaged or crafted file); run `memsif check`")
+    return high + 1
+
+
+def id_problems(con: Any) -> list[str]:
+    """For ``check``: id spaces whose ids or high-water marks are beyond :data:`ID_LIMIT`."""
+    return [f"{table}: ids or their high-water mark reach {high}, beyond any id memsif gives"
+            for table in ID_HIGH if (high := high_water(con, table)) + 1 >= ID_LIMIT]
 
 
 def retire_id(con: Any, table: str, rid: int) -> None:
