@@ -5,13 +5,14 @@ Python example can be run twice without changing the memory, and its links lead 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
-from memsif_lite import Memory
+from memsif_lite import Config, Memory
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -76,6 +77,17 @@ def test_every_public_memory_method_and_attribute_is_documented(tmp_path, fake_e
                 if line.startswith("#")]
     missing = [n for n in names if not any(re.search(rf"`{n}[`(]|`{n}`|, `{n}`", h) for h in headings)]
     assert not missing, f"docs/python.md has no heading for Memory.{', Memory.'.join(missing)}"
+
+
+def test_every_config_field_the_docs_name_exists():
+    fields = {f.name for f in dataclasses.fields(Config)} | {"from_file", "from_dict"}
+    named = set()
+    for page in [README, *DOCS.glob("*.md")]:
+        text = page.read_text(encoding="utf-8")
+        named |= {(page.name, n) for n in re.findall(r"Config\((\w+)=", text) + re.findall(r"Config\.(\w+)", text)}
+    assert named, "the docs show Config somewhere"
+    wrong = sorted((page, n) for page, n in named if n not in fields)
+    assert not wrong, f"no such Config field: {wrong}"
 
 
 # -- the README ------------------------------------------------------------------------------------
