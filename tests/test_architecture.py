@@ -1,4 +1,4 @@
-"""The shape the architecture promises (README "Architecture"), checked so it stays true:
+"""The shape the architecture promises (docs/architecture.md), checked so it stays true:
 no import cycles, no private names across modules, SQL only in the data-access layer, a facade
 without public collaborators, SQLite errors mapped into the documented hierarchy, and files
 opened with the embedding model they record."""

@@ -1,4 +1,4 @@
-"""Reliability and security promises (README "Guarantees"): crash safety, power loss, atomicity,
+"""Reliability and security promises (docs/reliability.md): crash safety, power loss, atomicity,
 concurrent writers, hostile files, bad input, portability (export/import, backup, check)."""
 
 from __future__ import annotations
