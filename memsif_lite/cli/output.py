@@ -16,7 +16,8 @@ import click
 
 from memsif_lite.jsonable import to_jsonable
 
-__all__ = ["Heading", "echo", "emit", "fields_of", "output", "printable", "table"]
+__all__ = ["Heading", "clip", "day", "echo", "emit", "fields_of", "id_list", "local", "minutes", "one_line", "output",
+           "plural", "printable", "stats_line", "stats_lines", "table"]
 
 # What a terminal would act on instead of showing: C0 controls but newline and tab (ESC starts a
 # sequence that clears the screen or sets the window title; BEL, CR...), DEL, C1 controls (0x9b is
@@ -87,6 +88,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Seque
             .rstrip() for r in cells]
 
 
+# -- the pieces renderers make lines of --------------------------------------------------------------
 def plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
