@@ -4,6 +4,7 @@ clean errors (exit 1, no traceback), usage errors (exit 2), shared options and o
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -15,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
-from memsif_lite import Config, MemsifError, cli
-from memsif_lite.cli import main, to_jsonable
+from memsif_lite import Config, Memory, MemsifError
+from memsif_lite.cli import main, options, to_jsonable
 
 
 def run(*args: str, env: dict[str, str] | None = None):
@@ -175,7 +176,7 @@ def test_unexpected_and_os_errors_are_reported_cleanly(monkeypatch, db_copy, cap
     def boom(self, *a, **k):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli.Memory, "search", boom)
+    monkeypatch.setattr(Memory, "search", boom)
     with caplog.at_level("DEBUG", logger="memsif_lite"):
         r = run("search", "x", "--db", db_copy)
     clean_error(r)
@@ -183,12 +184,12 @@ def test_unexpected_and_os_errors_are_reported_cleanly(monkeypatch, db_copy, cap
     assert any(rec.exc_info for rec in caplog.records)
     r = run("-v", "search", "x", "--db", db_copy)  # -v: the traceback, for the report
     assert r.exit_code == 1 and "Traceback" in r.stderr and "RuntimeError: boom" in r.stderr
-    assert not cli.log.handlers
+    assert not logging.getLogger("memsif_lite").handlers
 
     def denied(self, *a, **k):
         raise PermissionError(13, "Permission denied", "/somewhere/x.jsonl")
 
-    monkeypatch.setattr(cli.Memory, "export_to", denied)
+    monkeypatch.setattr(Memory, "export_to", denied)
     r = run("export", "--db", db_copy, "--out", db_copy.parent / "x.jsonl")
     clean_error(r)
     assert "/somewhere/x.jsonl: Permission denied" in r.stderr
@@ -215,7 +216,7 @@ def test_one_open_helper_passes_shared_options(monkeypatch, mem_db, tmp_path):
             seen.append({"path": str(path), **kwargs})
             raise MemsifError("stop here")
 
-    monkeypatch.setattr(cli, "Memory", Recorder)
+    monkeypatch.setattr(options, "Memory", Recorder)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"llm_retries": 1}))
     r = run("ask", "q", "--db", mem_db, "--config", cfg, "--llm", "openai/gpt-4o-mini",

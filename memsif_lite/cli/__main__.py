@@ -1,0 +1,3 @@
+from memsif_lite.cli import main
+
+main()

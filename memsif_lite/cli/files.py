@@ -1,0 +1,151 @@
+"""The commands about whole files: merge another copy in, export, import, backup, check."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memsif_lite.errors import MemoryFileError, MemsifError
+from memsif_lite.homes import make_private_dirs
+
+from .boundary import command
+from .options import file_options, open_memory, writable_parent
+from .output import output, plural, stats_line
+
+__all__ = ["backup", "check", "export", "import_", "merge"]
+
+
+def _merge_lines(doc: Mapping[str, Any], *, other: str, dry_run: bool, **_: Any) -> Iterator[str]:
+    yield (f"{'would add' if dry_run else 'added'} {plural(doc['added'], 'message')} from {other} "
+           f"({doc['skipped_present']} already here, {doc['skipped_forgotten']} forgotten on one side); "
+           f"{'would remove' if dry_run else 'removed'} {doc['removed_by_tombstones']} forgotten there"
+           + (f"; {doc['re_embedded']} re-embedded with this file's model" if doc["re_embedded"] else ""))
+    if doc["rebuilt_from"]:
+        yield (f"structure {'to rebuild' if dry_run else 'rebuilt'} from {doc['rebuilt_from']}"
+               + (f" ({plural(doc['replayed'], 'message')} placed again)" if doc["replayed"] else ""))
+    yield from (f"  + fact {line}" for line in doc["facts_added"])
+    yield from (f"  ~ superseded {line}" for line in doc["facts_superseded"])
+    yield from (f"  - fact {line}" for line in doc["facts_removed"])
+    if doc["pending_steps"]:
+        yield f"{plural(doc['pending_steps'], 'step')} pending (run `memsif process --db {doc['db']}`)"
+    yield stats_line(doc["stats"])
+
+
+@command()
+@click.argument("other", type=click.Path(dir_okay=False))
+@file_options
+@click.option("--dry-run", is_flag=True, help="Report what the merge would do, writing nothing.")
+@click.option("--later", is_flag=True,
+              help="Only queue the structure rebuild (run it with `memsif process`, e.g. with --llm).")
+@output(_merge_lines)
+def merge(other: str, db: str, config: str | None, dry_run: bool, later: bool) -> dict[str, Any]:
+    """Bring into --db what OTHER (another copy of the same memory) has: new messages (re-embedded
+    if OTHER used another model), forgotten ones removed, structure and facts rebuilt. OTHER is
+    only read."""
+    if not Path(other).exists():
+        raise click.ClickException(f"no memory file at {other}")
+    with open_memory(db, config, later=later, read_only=dry_run) as mem:
+        report = mem.merge_from(other, dry_run=dry_run)
+        return {**report.to_dict(), "db": db, "stats": mem.stats()}
+
+
+@command("export")
+@file_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to write (a new one).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@output(lambda doc, **_: [f"wrote {plural(doc['lines'], 'line')} to {doc['out']}"])
+def export(db: str, config: str | None, out: str, force: bool) -> dict[str, Any]:
+    """Export everything to JSON lines (import it with `memsif import`), readable by its owner only."""
+    writable_parent(out)
+    with open_memory(db, config, read_only=True) as mem:
+        return {"db": db, "out": out, "lines": mem.export_to(out, overwrite=force)}
+
+
+@command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@file_options
+@output(lambda doc, **_: [f"imported {plural(doc['imported'].get('messages', 0), 'message')}; "
+                          f"{stats_line(doc['stats'])}"])
+def import_(file: str, db: str, config: str | None) -> dict[str, Any]:
+    """Load an export (from `memsif export`) into a fresh memory file, creating it if needed."""
+    try:
+        with _built_aside(db) as path, open_memory(path, config, create=True) as mem:
+            counts = mem.import_from(file)
+            st = mem.stats()
+    except UnicodeDecodeError as e:
+        raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                                   "expected an export written by `memsif export`") from None
+    return {"file": file, "db": db, "imported": counts, "stats": st}
+
+
+@contextlib.contextmanager
+def _built_aside(db: str) -> Iterator[str]:
+    """Where to build ``db``: itself if it exists; else a new file of a random name beside it,
+    linked into place once the block succeeded. So a failed import leaves no file behind, and
+    nothing this command did not create is ever removed (not a file another process made there
+    meanwhile: then the import fails and that file stays as it is)."""
+    if Path(db).exists():
+        yield db
+        return
+    if click.get_current_context().meta.get("memsif.home_file"):
+        make_private_dirs(Path(db).parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{Path(db).name}.", suffix=".new", dir=Path(db).parent)
+    os.close(fd)  # an empty file, which Memory makes a memory file
+    try:
+        yield tmp
+        try:
+            os.link(tmp, db)
+        except OSError:
+            if os.path.lexists(db):
+                raise MemoryFileError(f"{db} appeared while importing; it was left as it is") from None
+            os.replace(tmp, db)  # a file system without hard links
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(tmp + suffix).unlink(missing_ok=True)
+
+
+@command()
+@click.argument("dest", type=click.Path(dir_okay=False))
+@file_options
+@output(lambda doc, **_: [f"backed up to {doc['dest']}"])
+def backup(dest: str, db: str, config: str | None) -> dict[str, Any]:
+    """Write a consistent copy of the memory file to DEST (safe while others write)."""
+    writable_parent(dest)
+    with open_memory(db, config, read_only=True) as mem:
+        mem.backup(dest)
+    return {"db": db, "dest": dest, "bytes": Path(dest).stat().st_size}
+
+
+def _check_lines(doc: Mapping[str, Any], **_: Any) -> Iterator[str]:
+    if doc["problems"]:
+        yield "NOT OK:"
+        yield from (f"  - {p}" for p in doc["problems"])
+    else:
+        st = doc["stats"]
+        yield (f"OK: a memsif memory file (schema, integrity, full-text index and vectors check out); "
+               f"{plural(st['messages'], 'message')}, {plural(st['segments'], 'segment')}, "
+               f"{plural(st['core_facts'], 'fact')}")
+
+
+@command()
+@file_options
+@output(_check_lines, failed=lambda doc: not doc["ok"])
+def check(db: str, config: str | None) -> dict[str, Any]:
+    """Check a memory file: what it is, integrity, schema, indexes and vectors (exit 1 on problems)."""
+    st: dict[str, int] = {}
+    if not Path(db).exists():
+        problems = [f"no such file: {db}"]
+    else:
+        try:
+            with open_memory(db, config, read_only=True) as mem:
+                problems = list(mem.check())
+                st = mem.stats()
+        except MemsifError as e:
+            problems = [str(e)]
+    return {"ok": not problems, "problems": problems, "stats": st}
