@@ -319,3 +319,20 @@ def strings(doc):
         for v in doc.values() if isinstance(doc, dict) else doc:
             yield from strings(v)
 
+
+
+def test_an_error_naming_what_a_hostile_file_holds_is_shown_not_sent(tmp_path, small_db):
+    """The cold review of issue 24: a planted table named with an OSC sequence reached the terminal
+    through the schema refusal's message."""
+    import apsw
+
+    db = tmp_path / "esc.db"
+    db.write_bytes(small_db.read_bytes())
+    con = apsw.Connection(str(db))
+    con.execute('CREATE TABLE "\x1b]0;PWNED\x07"(x)')
+    con.close()
+    for args in (["stats", "--db", db], ["merge", db, "--db", small_db, "--dry-run"]):
+        r = run(*args)
+        assert r.exit_code == 1 and "schema" in r.stderr, r.output
+        assert not [c for c in TERMINAL_ACTIVE if c in r.stderr], repr(r.stderr)
+        assert "\\x1b]0;PWNED\\x07" in r.stderr

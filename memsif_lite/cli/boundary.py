@@ -16,6 +16,8 @@ import click
 
 from memsif_lite.errors import MemsifError
 
+from .output import printable
+
 __all__ = ["Command", "Group", "command", "error_message", "main", "nothing_added"]
 
 log = logging.getLogger("memsif_lite")
@@ -78,14 +80,17 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except click.ClickException as e:  # an error names what a file or a message holds:
+            setattr(e, "message", printable(e.message))  # shown, never sent to the terminal (click: Final)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except OSError as e:
             if e.errno == errno.EPIPE:  # click's main() handles a closed pipe quietly
                 raise
-            raise click.ClickException(error_message(e)) from e
+            raise click.ClickException(printable(error_message(e))) from e
         except Exception as e:
-            raise click.ClickException(error_message(e)) from e
+            raise click.ClickException(printable(error_message(e))) from e
 
 
 #: How every command is declared (then added to :data:`main`).
