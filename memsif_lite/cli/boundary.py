@@ -81,7 +81,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except click.ClickException as e:  # an error names what a file or a message holds:
-            setattr(e, "message", printable(e.message))  # shown, never sent to the terminal (click: Final)
+            e.message = printable(e.message)  # type: ignore[misc]  # shown, never sent to the terminal
             raise
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
