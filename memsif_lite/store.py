@@ -61,6 +61,27 @@ class FileInfo:
     user_version: int
     meta: dict[str, str]
 
+    # what the file's schema holds (files of older schemas are read as they are, e.g. to merge)
+    @property
+    def has_clusters(self) -> bool:
+        """Candidate clusters and ActiveFacts."""
+        return self.user_version >= 3
+
+    @property
+    def has_utc_offsets(self) -> bool:
+        """Each message's UTC offset."""
+        return self.user_version >= 5
+
+    @property
+    def has_int8_vectors(self) -> bool:
+        """Message vectors stored as int8 codes (float32 before)."""
+        return self.user_version >= 6
+
+    @property
+    def has_tombstones(self) -> bool:
+        """The hashes of forgotten messages."""
+        return self.user_version >= 7
+
 
 def _sql(con: apsw.Connection, sql: str, args: Any = ()) -> Any:
     """``con.execute`` with rows typed loosely (they are checked value by value where read)."""
