@@ -120,9 +120,9 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> Oth
         try:
             db = Database(con)
             with db.read():
-                msgs = db.merge.messages(has_offset=info.has_utc_offsets, int8=info.has_int8_vectors)
-                tombs = db.merge.tombstones(has_table=info.has_tombstones)
-                clusters = db.merge.clusters() if info.has_clusters else []
+                msgs = db.merge.messages(has_offset=info.holds("utc_offsets"), int8=info.holds("int8_vectors"))
+                tombs = db.merge.tombstones(has_table=info.holds("tombstones"))
+                clusters = db.merge.clusters() if info.holds("clusters") else []
         finally:
             con.close()
         if not quiet.immutable or quiet.still_quiet():

@@ -1,6 +1,7 @@
 """The query pipeline (paper §3.5): facts first, a sufficiency check, fall back to the
 interaction memory for query-local evidence, assemble a dated context within a token budget,
-answer, then feed the evidence to the ActiveFact track.
+answer, then feed the evidence to the ActiveFact track. The context is laid out by
+:mod:`memsif_lite.rendering`; what it returns are :mod:`memsif_lite.types`.
 
 Offline rules (no LLM, or the LLM failed):
 
@@ -9,7 +10,7 @@ Offline rules (no LLM, or the LLM failed):
   the ActiveFact was formed for. CoreFacts from the offline extractor are fragments, so they
   never suffice on their own; the interaction memory is consulted, which costs only tokens;
 * evidence: the best-ranked messages (structure-aware ranking), each cut to its most relevant
-  sentences when long;
+  sentences when long (:mod:`memsif_lite.offline_evidence`);
 * answer: extractive (memsif_lite.answers) — a matching current fact, else the evidence sentence
   sharing the most content words with the question, else "I don't know"; marked as extractive.
 """
