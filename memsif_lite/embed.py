@@ -40,10 +40,10 @@ import numpy as np
 from .errors import EmbeddingError, EmbeddingMismatchError
 from .q4 import dequant_q4, encoder_initializers
 
-__all__ = ["Embedder", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable", "default_model_dir",
-           "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
+__all__ = ["Embedder", "QueryLevels", "query_levels", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable",
+           "default_model_dir", "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
            "ENPT_MODEL", "EXACT_MODEL", "resolve_embedder", "recorded_embedder", "register_embedder", "bundled_models",
-           "validate_vectors"]
+           "validate_vectors", "passage", "passage_hash"]
 
 log = logging.getLogger("memsif_lite")
 #: the bundled model with the full XLM-R vocabulary (every script): the default for new files
@@ -66,10 +66,23 @@ class Embedder(Protocol):
     metric: str
     #: raw-cosine levels of an unrelated pair and a same-topic pair (normalisation of s_sem)
     sem_levels: tuple[float, float]
-    #: optional ``query_levels``: the same for two questions (different need / same need),
-    #: used for Coh(Q_k) of candidate clusters; defaults to ``sem_levels``
 
     def embed(self, texts: Sequence[str], *, kind: Kind) -> np.ndarray: ...
+
+
+@runtime_checkable
+class QueryLevels(Protocol):
+    """What an :class:`Embedder` may also have: the raw-cosine levels of two questions (a
+    different need / the same need), used for Coh(Q_k) of candidate clusters
+    (:func:`query_levels`)."""
+
+    query_levels: tuple[float, float]
+
+
+def query_levels(emb: Embedder, default: tuple[float, float]) -> tuple[float, float]:
+    """The embedder's :class:`QueryLevels` when it has them, else ``default`` (its passage levels)."""
+    q = emb.query_levels if isinstance(emb, QueryLevels) else None
+    return (float(q[0]), float(q[1])) if q else default
 
 
 def default_model_dir() -> Path:
@@ -456,6 +469,16 @@ def recorded_embedder(model_id: str, *, sem_levels: tuple[float, float] | None =
 def load_embedder(spec: str | None) -> Embedder:
     """Kept for callers of the first release: :func:`resolve_embedder`."""
     return resolve_embedder(spec)
+
+
+def passage(speaker: str, text: str) -> str:
+    """What a message is embedded as: ``Speaker: text`` (questions name people)."""
+    return f"{speaker}: {text}"
+
+
+def passage_hash(text: str) -> bytes:
+    """The content hash a passage's vector is cached under (in the file: ``messages.content_hash``)."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
 
 
 class Embeddings:

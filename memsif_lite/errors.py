@@ -6,6 +6,7 @@ MemsifError
 │   ├── SchemaVersionError   written by a newer memsif_lite (or an unknown schema)
 │   └── EmbeddingMismatchError  written with another embedding model / dimension
 ├── InvalidInputError        bad text, timestamp, session, ids (also a ValueError)
+│   └── InvalidMessageError  one message of a batch refused (its ``index`` and ``reason``)
 ├── ConfigError              invalid configuration values, or an optional extra that is not installed
 ├── ReadOnlyError            a write on a Memory opened with ``read_only=True``
 ├── NotFoundError            an id that does not exist (also a KeyError)
@@ -18,6 +19,9 @@ MemsifError
 
 SQLite's own exception types (``apsw.*``) never reach a caller: they are mapped at one choke
 point, :func:`memsif_lite.store.map_errors`, in the style of httpx's ``map_exceptions``.
+
+:class:`StaleError` is not a user's error and never reaches a caller: a decision made with no
+transaction open found its state changed when applied, and the worker decides again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "SchemaVersionError",
     "EmbeddingMismatchError",
     "InvalidInputError",
+    "InvalidMessageError",
     "ConfigError",
     "ReadOnlyError",
     "NotFoundError",
@@ -38,6 +43,7 @@ __all__ = [
     "StorageBusyError",
     "StorageFullError",
     "StorageCorruptError",
+    "StaleError",
 ]
 
 
@@ -110,3 +116,8 @@ class StorageFullError(StorageError):
 
 class StorageCorruptError(StorageError):
     """The file is damaged. ``memsif check`` says where; restore from a backup."""
+
+
+class StaleError(Exception):
+    """The state a decision was made on changed before it could be applied (another process
+    got there first, or ``forget`` changed it): discard the decision and decide again."""

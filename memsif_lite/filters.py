@@ -23,13 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from .checks import check_text
 from .errors import InvalidInputError
 from .timeutil import to_stored
 
-__all__ = ["MessageFilter", "MAX_VALUES", "Names"]
+__all__ = ["MessageFilter", "Criteria", "MAX_VALUES", "Names"]
 
 #: one speaker (or session) or several
 Names = str | int | Sequence[str | int] | None
@@ -68,6 +68,16 @@ def _bound(value: Any, end_of_day: bool) -> str | None:
     if isinstance(value, date) and not isinstance(value, datetime):
         value = datetime.combine(value, time.max if end_of_day else time.min)
     return to_stored(value)
+
+
+class Criteria(TypedDict, total=False):
+    """The filter keywords the reading methods of ``Memory`` take (``**criteria``), as given:
+    :meth:`MessageFilter.build` validates them."""
+
+    speakers: Names
+    sessions: Names
+    since: Any
+    until: Any
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ step (embedder, judge, disk) leaves the file as it was and the structure is ther
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
@@ -17,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .db import Database
 from .db.merge import tombstone_hash
 from .db.queue import PLACE
-from .embed import Embeddings
+from .embed import Embeddings, passage, passage_hash
 from .entities import extract_entities
 from .errors import InvalidInputError, InvalidMessageError
 from .timeutil import now_stored, to_stored, utc_offset_min
@@ -53,7 +52,7 @@ class MessageIn:
     @property
     def passage(self) -> str:
         """What is embedded: ``Speaker: text`` (questions name people)."""
-        return f"{self.speaker}: {self.text}"
+        return passage(self.speaker, self.text)
 
     @classmethod
     def from_mapping(cls, m: Any, *, index: int = 0, max_chars: int = 1_000_000) -> "MessageIn":
@@ -137,7 +136,7 @@ class IngestPipeline:
         if not rows:
             return []
         passages = [r.passage for r in rows]
-        hashes = [hashlib.sha256(p.encode("utf-8")).digest() for p in passages]
+        hashes = [passage_hash(p) for p in passages]
         with self.db.read():
             vecs = self.embeddings.passages_cached(passages, hashes)
         tokens = count_tokens_many([r.text for r in rows])  # counted once, here, not per query

@@ -24,8 +24,8 @@ from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 from .errors import ConfigError, LLMError
 from .timeutil import now_stored
 
-__all__ = ["LLM", "ModelHealth", "Prompt", "CallRecord", "import_litellm", "require_litellm", "parse_json_object",
-           "ReplyError", "SCHEMA_MODES", "response_format"]
+__all__ = ["LLM", "ModelHealth", "Backoff", "FormatNegotiation", "Prompt", "CallRecord", "import_litellm",
+           "require_litellm", "parse_json_object", "ReplyError", "SCHEMA_MODES", "response_format"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -122,17 +122,13 @@ class CallRecord:
     at: str | None = None
 
 
-class ModelHealth:
+class Backoff:
     """Notices a model that keeps failing: after ``down_after`` consecutive timeouts or
     connection errors the model counts as down for a back-off period (doubling, up to
-    ``max_backoff_s``) and calls return at once; a success resets it. Shared by every LLM object
-    of one ``Memory`` (its foreground and background connections)."""
+    ``max_backoff_s``) and calls return at once; a success resets it."""
 
-    def __init__(self, *, down_after: int = 3, backoff_s: float = 30.0, max_backoff_s: float = 600.0,
-                 schema_mode: str = "auto"):
+    def __init__(self, *, down_after: int = 3, backoff_s: float = 30.0, max_backoff_s: float = 600.0):
         self.down_after, self.base, self.max = down_after, backoff_s, max_backoff_s
-        self.auto = schema_mode == "auto"
-        self.schema_mode = "json_schema" if self.auto else schema_mode
         self.failures = 0
         self.down_until = 0.0
         self._backoff = backoff_s
@@ -154,20 +150,47 @@ class ModelHealth:
                 self._backoff = min(self._backoff * 2, self.max)
                 self.failures = 0
 
-    def weaker_format(self, refused: str) -> bool:
-        """With ``auto``, step down from a refused way of asking for JSON; False when there is none."""
-        with self._lock:
-            if not self.auto or refused not in SCHEMA_MODES[:-1]:
-                return False
-            if self.schema_mode == refused:
-                self.schema_mode = SCHEMA_MODES[SCHEMA_MODES.index(refused) + 1]
-                log.info("the LLM server refused response_format %s; using %s", refused, self.schema_mode)
-            return True
-
     def ok(self) -> None:
         with self._lock:
             self.failures = 0
             self._backoff = self.base
+
+
+class FormatNegotiation:
+    """The way of asking the server for JSON (:data:`SCHEMA_MODES`): the configured one, or with
+    ``auto`` the strongest the server has not refused so far."""
+
+    def __init__(self, schema_mode: str = "auto"):
+        self.auto = schema_mode == "auto"
+        self.mode = "json_schema" if self.auto else schema_mode
+        self._lock = threading.Lock()
+
+    def weaker(self, refused: str) -> bool:
+        """With ``auto``, step down from a refused way of asking for JSON; False when there is none."""
+        with self._lock:
+            if not self.auto or refused not in SCHEMA_MODES[:-1]:
+                return False
+            if self.mode == refused:
+                self.mode = SCHEMA_MODES[SCHEMA_MODES.index(refused) + 1]
+                log.info("the LLM server refused response_format %s; using %s", refused, self.mode)
+            return True
+
+
+class ModelHealth:
+    """What every LLM object of one ``Memory`` (its foreground and background connections) shares
+    about its model: the :class:`Backoff` of a model that keeps failing and the
+    :class:`FormatNegotiation` of how to ask it for JSON."""
+
+    def __init__(self, *, down_after: int = 3, backoff_s: float = 30.0, max_backoff_s: float = 600.0,
+                 schema_mode: str = "auto"):
+        self.backoff = Backoff(down_after=down_after, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
+        self.formats = FormatNegotiation(schema_mode)
+
+    def available(self) -> bool:
+        return self.backoff.available()
+
+    def seconds_left(self) -> float:
+        return self.backoff.seconds_left()
 
 
 class LLM:
@@ -273,8 +296,9 @@ class LLM:
     def _call(self, prompt: Prompt[T], record: Callable[[CallRecord], None]) -> T | None:
         purpose, validate = prompt.purpose, prompt.validate
         t0 = time.perf_counter()
-        if not self.health.available():
-            left = self.health.seconds_left()
+        backoff, formats = self.health.backoff, self.health.formats
+        if not backoff.available():
+            left = backoff.seconds_left()
             self._done(record, purpose, t0, 0, 0, False, f"skipped: model down, retried in {left:.0f} s")
             return None
         litellm = self._client()
@@ -283,14 +307,14 @@ class LLM:
         error: str | None = None
         attempt = 0
         while attempt <= self.retries:
-            mode = self.health.schema_mode
+            mode = formats.mode
             params: dict[str, Any] = {"response_format": response_format(mode, prompt), "temperature": 0,
                                       "max_tokens": prompt.max_tokens, "timeout": self.timeout, "num_retries": 0}
             params.update(self.kwargs)
             attempt += 1
             try:
                 resp = litellm.completion(model=self.model, messages=messages, **params)
-                self.health.ok()
+                backoff.ok()
                 usage = getattr(resp, "usage", None)
                 p_tok += int(getattr(usage, "prompt_tokens", 0) or 0)
                 c_tok += int(getattr(usage, "completion_tokens", 0) or 0)
@@ -302,7 +326,7 @@ class LLM:
                 error = f"bad reply: {e}"
             except Exception as e:  # noqa: BLE001 - litellm maps provider errors to many types
                 error = f"{type(e).__name__}: {str(e)[:300]}"
-                if "response_format" not in self.kwargs and _format_refused(e) and self.health.weaker_format(mode):
+                if "response_format" not in self.kwargs and _format_refused(e) and formats.weaker(mode):
                     attempt -= 1  # the server does not take this way of asking for JSON: ask the next way
                     continue
                 if _not_the_models(e):
@@ -310,8 +334,8 @@ class LLM:
                     raise LLMError(f"the LLM {self.model!r} cannot be used as configured ({error}); "
                                    "check the model name, llm_kwargs and credentials") from e
                 if _outage(e):
-                    self.health.outage()
-                    if not self.health.available():
+                    backoff.outage()
+                    if not backoff.available():
                         break
                 if attempt <= self.retries and _retryable(e):
                     time.sleep(min(0.25 * (2 ** (attempt - 1)), 2.0))

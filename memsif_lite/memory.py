@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from . import pipelines, store
 from .active_facts import Evidence
@@ -15,7 +15,7 @@ from .config import Config
 from .db import Database, to_message
 from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyError
-from .filters import MessageFilter, Names
+from .filters import Criteria, MessageFilter
 from .forgetting import forget
 from .llm import ModelHealth, require_litellm
 from .merging import MergeReport, merge_file
@@ -26,6 +26,9 @@ from .trajectories import TrajectoryJudge, list_trajectories
 from .types import (ActiveFact, Added, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment,
                     Trajectory)
 from .worker import ProcessReport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 __all__ = ["Memory"]
 
@@ -165,12 +168,14 @@ class Memory:
                           speaker=speaker)
 
     # -- reading ---------------------------------------------------------------------------
-    def search(self, query: str, *, k: int = 10, level: str = "message", speakers: Names = None,
-               sessions: Names = None, since: Any = None, until: Any = None) -> list[SearchResult]:
-        """Hybrid search (KNN + BM25, RRF) at ``level`` message/segment/trajectory, filtered inside."""
+    def search(self, query: str, *, k: int = 10, level: str = "message",
+               **criteria: Unpack[Criteria]) -> list[SearchResult]:
+        """Hybrid search (KNN + BM25, RRF) at ``level`` message/segment/trajectory, in one read
+        snapshot; filtered inside by ``speakers``, ``sessions``, ``since``, ``until``
+        (:class:`~memsif_lite.filters.Criteria`)."""
         check_search(query, k, level)
-        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
-        return self._read(lambda db: self._p.retriever.search(query, k=k, level=level, flt=flt), snapshot=False)
+        flt = MessageFilter.build(**criteria)
+        return self._read(lambda db: self._p.retriever.search(query, k=k, level=level, flt=flt))
 
     def get(self, message_id: int) -> Message:
         check_id(message_id, "message_id")
@@ -179,10 +184,9 @@ class Memory:
             raise NotFoundError(f"no message with id {message_id}")
         return to_message(row)
 
-    def messages(self, *, speakers: Names = None, sessions: Names = None, since: Any = None, until: Any = None,
-                 limit: int | None = None, offset: int = 0) -> list[Message]:
+    def messages(self, *, limit: int | None = None, offset: int = 0, **criteria: Unpack[Criteria]) -> list[Message]:
         """Messages in the order they were added, filtered, one page (``limit``/``offset``)."""
-        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
+        flt = MessageFilter.build(**criteria)
         check_page(limit, offset)
         return self._read(lambda db: [to_message(r) for r in db.filters.messages(flt, limit, offset)])
 
@@ -200,15 +204,14 @@ class Memory:
 
     # -- facts -----------------------------------------------------------------------------------
     def facts(self, *, subject: str | None = None, type: str | None = None,  # noqa: A002 - the paper's name
-              include_superseded: bool = False, speakers: Names = None, sessions: Names = None, since: Any = None,
-              until: Any = None) -> list[CoreFact]:
+              include_superseded: bool = False, **criteria: Unpack[Criteria]) -> list[CoreFact]:
         """CoreFacts, current ones only unless ``include_superseded``; ``subject`` matches
         case-insensitively. Filters: subject in ``speakers``; a source message in ``sessions`` and
         in [``since``, ``until``] (:mod:`memsif_lite.filters`)."""
         for name, value in (("subject", subject), ("type", type)):
             if value is not None:
                 check_text(value, name)
-        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
+        flt = MessageFilter.build(**criteria)
         return self._read(lambda db: db.filters.only_facts(
             db.facts.select(subject=subject, ftype=type, include_superseded=include_superseded), flt))
 
@@ -263,23 +266,25 @@ class Memory:
         return self._read(lambda db: db.admin.check(), snapshot=False)
 
     # -- the query pipeline ----------------------------------------------------------------------
-    def context(self, question: str, *, budget_tokens: int = 2000, speakers: Names = None, sessions: Names = None,
-                since: Any = None, until: Any = None) -> Context:
+    def context(self, question: str, *, budget_tokens: int = 2000, **criteria: Unpack[Criteria]) -> Context:
         """Facts, then (if they do not suffice) dated evidence from the interaction memory, as a
         ready-to-paste block within ``budget_tokens`` — for agents that call their own LLM.
-        Reads only. Filters as in :meth:`search` and :meth:`facts`."""
+        Reads only; offline, in one read snapshot (an LLM is never called with a transaction
+        open, so with one the facts and the evidence are read apart). Filters as in
+        :meth:`search` and :meth:`facts`."""
         check_question(question, budget_tokens)
-        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
-        return self._read(lambda db: self._p.query.context(question, budget_tokens, flt=flt), snapshot=False)
+        flt = MessageFilter.build(**criteria)
+        return self._read(lambda db: self._p.query.context(question, budget_tokens, flt=flt),
+                          snapshot=self._setup.llm is None)
 
-    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None, speakers: Names = None,
-            sessions: Names = None, since: Any = None, until: Any = None) -> Answer:
+    def ask(self, question: str, *, budget_tokens: int = 2000, now: Any = None,
+            **criteria: Unpack[Criteria]) -> Answer:
         """Answer from memory (paper §3.5): the LLM's answer from the context, or offline an
         extractive one (``Answer.extractive``); then the evidence feeds the ActiveFact track (one
         transaction, so a read-only Memory refuses it: use :meth:`context`). ``now`` fixes "today"
         for the answer prompt. Filters as in :meth:`context`."""
         check_question(question, budget_tokens)
-        flt = MessageFilter.build(speakers=speakers, sessions=sessions, since=since, until=until)
+        flt = MessageFilter.build(**criteria)
         at = from_stored(to_stored(now)) if now is not None else None
         with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at, flt)

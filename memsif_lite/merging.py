@@ -120,9 +120,9 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> Oth
         try:
             db = Database(con)
             with db.read():
-                msgs = db.merge.messages(has_offset=info.user_version >= 5, int8=info.user_version >= 6)
-                tombs = db.merge.tombstones(has_table=info.user_version >= 7)
-                clusters = db.merge.clusters() if info.user_version >= 3 else []
+                msgs = db.merge.messages(has_offset=info.holds("utc_offsets"), int8=info.holds("int8_vectors"))
+                tombs = db.merge.tombstones(has_table=info.holds("tombstones"))
+                clusters = db.merge.clusters() if info.holds("clusters") else []
         finally:
             con.close()
         if not quiet.immutable or quiet.still_quiet():

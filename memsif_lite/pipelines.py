@@ -21,7 +21,7 @@ from .config import Config
 from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOperationChooser, OfflineFactExtractor,
                          OfflineOperationChooser, OperationChooser)
 from .db import Database
-from .embed import Embedder, Embeddings, recorded_embedder, resolve_embedder
+from .embed import Embedder, Embeddings, query_levels, recorded_embedder, resolve_embedder
 from .errors import InvalidInputError, MemoryFileError
 from .ingest import IngestPipeline
 from .llm import LLM, CallRecord, ModelHealth
@@ -54,8 +54,6 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
         levels = (float(cfg.sem_low), float(cfg.sem_high))
     else:
         levels = (float(emb.sem_levels[0]), float(emb.sem_levels[1]))
-    q = getattr(emb, "query_levels", None)
-    query_levels = (float(q[0]), float(q[1])) if q else levels
     embeddings = Embeddings(emb, db.messages.vector_by_hash)
     boundary: BoundaryJudge = boundary_judge or OfflineBoundaryJudge(cfg.tau_split, cfg.tau_merge)
     trajectory: TrajectoryJudge = trajectory_judge or OfflineTrajectoryJudge(cfg.trajectory_threshold)
@@ -74,8 +72,8 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
                                        judge=trajectory),
         core_facts=CoreFactWriter(db, extractor=extractor, chooser=chooser, embed_passages=embeddings.passages))
     ingest = IngestPipeline(db, embeddings=embeddings, worker=worker, max_chars=cfg.max_message_chars)
-    active = ActiveFactStore(db, levels=levels, query_levels=query_levels, theta_s=cfg.theta_s, theta_q=cfg.theta_q,
-                             embed_passages=embeddings.passages)
+    active = ActiveFactStore(db, levels=levels, query_levels=query_levels(emb, levels), theta_s=cfg.theta_s,
+                             theta_q=cfg.theta_q, embed_passages=embeddings.passages)
     retriever = Retriever(db, embeddings.query, segment_weight=cfg.segment_weight,
                           trajectory_weight=cfg.trajectory_weight)
     query = QueryPipeline(db, retriever=retriever, embed_query=embeddings.query, llm=llm, active_facts=active)

@@ -15,7 +15,8 @@ from .fulltext import cjk_query_terms, compose, foreign_function_words, without_
 from .timeutil import from_stored
 from .types import SearchResult
 
-__all__ = ["Retriever", "fts_query", "rrf", "top_scored", "top_units", "RRF_K", "SPEAKER_WEIGHT", "UNIT_PREFIX"]
+__all__ = ["Retriever", "fts_query", "query_terms", "rrf", "top_scored", "top_units", "RRF_K", "SPEAKER_WEIGHT",
+           "UNIT_PREFIX"]
 
 RRF_K = 60
 #: BM25 weight of the speaker column relative to the text (names in questions matter, but less)
@@ -26,19 +27,24 @@ UNIT_PREFIX = 60
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
-def fts_query(text: str) -> str | None:
-    """A safe FTS5 query: every word quoted, OR-ed; stop words and single Latin letters (the ``s``
-    of a possessive matches a large share of all messages and costs the most) dropped, and the
-    function words of another language the question is written in (:mod:`memsif_lite.fulltext`);
-    CJK runs as the index holds them (characters and pairs). If nothing is left, the words without
-    the English stop words, then every word. Composed first, as the index is."""
+def query_terms(text: str) -> list[str]:
+    """The words a question is matched by: stop words and single Latin letters (the ``s`` of a
+    possessive matches a large share of all messages and costs the most) dropped, and the function
+    words of another language the question is written in (:mod:`memsif_lite.fulltext`); CJK runs as
+    the index holds them (characters and pairs). If nothing is left, the words without the English
+    stop words, then every word. Composed first, as the index is; at most 64, in order."""
     text = compose(text)
     plain = without_cjk(text)
     words = [w.lower() for w in _TOKEN.findall(plain)]
     content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]
     foreign = foreign_function_words(plain)
     terms = [w for w in content if w not in foreign] + cjk_query_terms(text)
-    terms = list(dict.fromkeys(terms or content or words))[:64]
+    return list(dict.fromkeys(terms or content or words))[:64]
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query: every one of the :func:`query_terms` quoted, OR-ed; None when there is none."""
+    terms = query_terms(text)
     if not terms:
         return None
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in terms)

@@ -4,8 +4,8 @@ Messages are processed in arrival order. The first message opens a segment. For 
 message u_t and the open segment S_i:  φ(u_t, S_i) ≥ τ_merge appends;  φ ≤ τ_split opens a new
 segment;  otherwise the boundary judge decides (the LLM when configured, else the offline
 rule: continue iff φ is above the band's midpoint and the time gap is under ``MAX_GAP``).
-When a segment closes it is handed to the trajectory step and then to the closing hooks
-(CoreFact extraction).
+When a segment closes the worker hands it to the trajectory step and then to CoreFact
+extraction (:mod:`memsif_lite.worker`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from . import prompts
 from .db import Database
+from .errors import StaleError
 from .llm import LLM
 from .matching import phi
 from .timeutil import from_stored
@@ -66,11 +67,6 @@ class LLMBoundaryJudge:
         if verdict is None:
             return self.fallback.continues(segment_lines, message_line, score, gap)
         return verdict
-
-
-class StaleError(Exception):
-    """The state a decision was made on changed before it could be applied (another process
-    got there first, or ``forget`` changed it): discard the decision and decide again."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import apsw
 import numpy as np
@@ -54,12 +54,23 @@ _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+SchemaPart = Literal["clusters", "utc_offsets", "int8_vectors", "tombstones"]
+#: the schema version that added each part a reader of an older file must know about
+_SCHEMA_PARTS: dict[str, int] = {"clusters": 3, "utc_offsets": 5, "int8_vectors": 6, "tombstones": 7}
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """What inspection learnt about an existing file."""
 
     user_version: int
     meta: dict[str, str]
+
+    def holds(self, part: SchemaPart) -> bool:
+        """Whether the file's schema has ``part`` (a file of an older schema is read as it is, e.g.
+        to merge it): ActiveFact clusters, each message's UTC offset, message vectors stored as
+        int8 codes (float32 before), the hashes of forgotten messages."""
+        return self.user_version >= _SCHEMA_PARTS[part]
 
 
 def _sql(con: apsw.Connection, sql: str, args: Any = ()) -> Any:

@@ -18,7 +18,8 @@ from . import prompts
 from .db import Database, Unit
 from .llm import LLM
 from .matching import phi
-from .segments import StaleError, label, list_segments, segment_lines
+from .errors import StaleError
+from .segments import label, list_segments, segment_lines
 from .timeutil import from_stored
 from .types import Segment, Trajectory
 

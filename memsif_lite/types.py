@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from .timeutil import local_time
+
 __all__ = ["Message", "Added", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
-           "CandidateCluster"]
+           "CandidateCluster", "FactItem", "EvidenceItem", "Context", "Answer"]
 
 
 @dataclass(frozen=True)
@@ -138,3 +140,68 @@ class CandidateCluster:
     score_src: float
     score_qry: float
     active_fact_id: int | None
+
+
+@dataclass(frozen=True)
+class FactItem:
+    kind: str                      # "core" or "active"
+    id: int
+    subject: str
+    type: str | None
+    stmt: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    message_ids: tuple[int, ...]
+    score: float
+
+
+@dataclass(frozen=True)
+class EvidenceItem:
+    message_ids: tuple[int, ...]
+    speaker: str
+    stmt: str
+    at: datetime
+    session: str | None
+    source_ids: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    #: UTC offset of the (last) source message's time as its caller gave it; None: unknown (UTC)
+    utc_offset_min: int | None = None
+    #: tokens of ``stmt`` when known (counted at ingest), so the budget needs no tokenizer call
+    stmt_tokens: int | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def local_at(self) -> datetime:
+        """``at`` at the speaker's UTC offset (naive local time; ``at`` when unknown)."""
+        return local_time(self.at, self.utc_offset_min)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What :meth:`Memory.context` returns: a ready-to-paste block and its parts."""
+
+    question: str
+    text: str
+    facts: tuple[FactItem, ...]
+    evidence: tuple[EvidenceItem, ...]
+    sufficient: bool
+    tokens: int
+    budget_tokens: int
+
+    @property
+    def message_ids(self) -> tuple[int, ...]:
+        ids = {m for e in self.evidence for m in e.message_ids} | {m for f in self.facts for m in f.message_ids}
+        return tuple(sorted(ids))
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    extractive: bool
+    context: str
+    evidence: tuple[EvidenceItem, ...]
+    facts: tuple[FactItem, ...]
+    sufficient: bool
+    tokens_in: int
+    tokens_out: int
+    llm_calls: int
+    timings_ms: dict = field(default_factory=dict, hash=False, compare=False)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from memsif_lite import Memory
 from memsif_lite.answers import DONT_KNOW, content_words, offline_answer
-from memsif_lite.query import EvidenceItem, FactItem
+from memsif_lite.types import EvidenceItem, FactItem
 
 T1, T2 = datetime(2024, 1, 10, 9), datetime(2024, 3, 16, 20, 31)
 
@@ -91,7 +91,7 @@ def test_content_words_stem_and_drop_question_words():
 
 
 def test_low_information_lines_are_greetings_thanks_and_acknowledgements():
-    from memsif_lite.query import low_information
+    from memsif_lite.offline_evidence import low_information
 
     for text in ("Thanks!", "Wow, that is amazing, Mel!", "Haha yeah, same here"):
         assert low_information(text, 1), text
@@ -112,7 +112,7 @@ def test_context_leaves_out_filler_below_the_top_hit(memory):
 
 def test_the_reply_to_a_top_ranked_question_follows_it():
     from memsif_lite.db.rows import MessageRow
-    from memsif_lite.query import with_replies
+    from memsif_lite.offline_evidence import with_replies
 
     rows = {1: MessageRow(1, "Ana", "How long have you played the violin?", "2024-01-01T10:00:00", "1", None),
             2: MessageRow(2, "Ben", "Since 2015!", "2024-01-01T10:01:00", "1", None),

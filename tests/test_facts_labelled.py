@@ -13,7 +13,7 @@ from conftest import FIXTURES
 from fakes import FakeEmbedder
 from memsif_lite import Config, Memory
 from memsif_lite.config import DEFAULT_FACT_SCHEMA
-from memsif_lite.core_facts import extract_offline
+from memsif_lite.fact_extraction import extract_offline
 from memsif_lite.db.rows import MessageRow
 
 LABELLED = json.loads((FIXTURES / "facts_labelled.json").read_text(encoding="utf-8"))["conversations"]

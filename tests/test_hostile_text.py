@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, FakeLLMServer
-from memsif_lite import Config, Memory, prompts, query, tokens
+from memsif_lite import Config, Memory, offline_evidence, prompts, query, tokens
 from memsif_lite.tokens import count_tokens
 
 MARK = "MARK-7Q"
@@ -244,7 +244,7 @@ class _Counting:
 def test_excerpt_of_one_unpunctuated_message_encodes_a_bounded_amount(n):
     text = _plain(n)
     enc = _Counting()
-    out = query.excerpt(text, {"harbour"}, tokens=None, encode=enc)
+    out = offline_evidence.excerpt(text, {"harbour"}, tokens=None, max_tokens=query.MAX_EVIDENCE_TOKENS, encode=enc)
     assert out.endswith(" …") and text.startswith(out[:-2])
     assert 0 < count_tokens(out[:-2]) <= query.MAX_EVIDENCE_TOKENS
     # the same work at 5 kB and at 1 MB: a prefix of about the tokens needed, twice, and one check
@@ -254,7 +254,8 @@ def test_excerpt_of_one_unpunctuated_message_encodes_a_bounded_amount(n):
 def test_excerpt_of_many_sentences_encodes_each_character_about_once():
     text = ". ".join(_plain(60, seed=i) for i in range(3000)) + "."
     enc = _Counting()
-    out = query.excerpt(text, {"harbour", "coffee"}, tokens=None, encode=enc)
+    out = offline_evidence.excerpt(text, {"harbour", "coffee"}, tokens=None, max_tokens=query.MAX_EVIDENCE_TOKENS,
+                                   encode=enc)
     assert count_tokens(out.removesuffix(" …")) <= query.MAX_EVIDENCE_TOKENS
     assert enc.chars <= len(text) + 4 * 16 * (query.MAX_EVIDENCE_TOKENS + 1)
 

@@ -1,7 +1,7 @@
 """Filtered reads (see :mod:`memsif_lite.filters`): every query here restricts the candidates
 INSIDE SQL — the vec0 KNN and the FTS5 match both take ``rowid IN (SELECT ... WHERE ...)``, so a
 filter never empties a top-k that was cut before filtering. The speaker/session/time columns are
-indexed (sql/0005_filter_indexes.sql)."""
+indexed."""
 
 from __future__ import annotations
 
@@ -50,10 +50,17 @@ def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True) -> tuple
     return where, args
 
 
+def _message_where(f: MessageFilter | None) -> tuple[str, list[Any]]:
+    """The condition on ``messages m`` that the matching messages meet (all of them without a
+    filter), with its arguments."""
+    where, args = _conditions(f, "m") if f is not None else ([], [])
+    return " AND ".join(where) or "1", args
+
+
 def message_sql(f: MessageFilter) -> tuple[str, list[Any]]:
     """``SELECT id FROM messages WHERE ...`` for the matching messages, with its arguments."""
-    where, args = _conditions(f, "m")
-    return "SELECT m.id FROM messages m WHERE " + (" AND ".join(where) or "1"), args
+    where, args = _message_where(f)
+    return "SELECT m.id FROM messages m WHERE " + where, args
 
 
 def _fact_sql(f: MessageFilter, table: str, sources: str) -> tuple[str, list[Any]]:
@@ -119,7 +126,7 @@ class Filtering(Table):
 
     def already_present(self, speaker: str, text: str, at: str, source_id: str | None) -> bool:
         """Is this message in the file already: same ``source_id`` and speaker when it has a
-        source id, else the same speaker, time and text (indexes from sql/0005)."""
+        source id, else the same speaker, time and text (both indexed)."""
         return self.present_id(speaker, text, at, source_id) is not None
 
     def present_id(self, speaker: str, text: str, at: str, source_id: str | None) -> int | None:
@@ -151,8 +158,7 @@ class Filtering(Table):
 
     def messages(self, f: MessageFilter | None, limit: int | None, offset: int) -> list[MessageRow]:
         """Matching messages in the order they were added, one page."""
-        sql, args = message_sql(f) if f is not None else ("SELECT m.id FROM messages m WHERE 1", [])
-        where = sql.split(" WHERE ", 1)[1]
+        where, args = _message_where(f)
         rows = self.con.execute(f"SELECT {_COLS} FROM messages m WHERE {where} ORDER BY m.id LIMIT ? OFFSET ?",
                                 (*args, -1 if limit is None else limit, offset))
         return [MessageRow(*r) for r in rows]
