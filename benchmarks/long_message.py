@@ -6,7 +6,9 @@ message's length (a message of Config.max_message_chars, 1,000,000 by default, i
 
 Each size gets its own memory file: a few short messages, then the long one (words drawn from a
 small vocabulary, no punctuation, so it is one "sentence"); ``sentences`` repeats each size with
-the same words cut into six-word sentences (every sentence is ranked against the question). The
+the same words cut into six-word sentences (every sentence is ranked against the question), and
+``short sentences`` into two-word ones that each hold a question word (the cold review's worst case:
+every sentence must be scored). The
 time is the best of ``--repeat`` calls of context(), and the first (nothing is cached for texts
 over tokens.CACHED_CHARS).
 """
@@ -28,12 +30,15 @@ WORDS = ("garden river window morning coffee train ticket harbour music painting
          "kitchen letter mountain island village evening summer").split()
 
 
-def long_text(n: int, seed: int = 7, sentences: bool = False) -> str:
+def long_text(n: int, seed: int = 7, every: int = 0) -> str:
+    """``n`` characters of words, a full stop after every ``every`` words (0: none); with
+    ``every`` = 2, each sentence starts with a word of the benchmark's question."""
     rng = random.Random(seed)
     out: list[str] = []
     size = 0
     while size < n:
-        w = rng.choice(WORDS) + ("." if sentences and len(out) % 6 == 5 else "")
+        w = rng.choice(("harbour", "garden")) if every == 2 and len(out) % 2 == 0 else rng.choice(WORDS)
+        w += "." if every and len(out) % every == every - 1 else ""
         out.append(w)
         size += len(w) + 1
     return " ".join(out)[:n].rstrip()
@@ -48,12 +53,12 @@ def main() -> None:
 
     out: dict = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "context_s": {}}
     with tempfile.TemporaryDirectory() as d:
-        for shape in ("unpunctuated", "sentences"):
+        for shape, every in (("unpunctuated", 0), ("sentences", 6), ("short sentences", 2)):
             for n in args.sizes:
                 mem = Memory(Path(d) / f"{shape}{n}.db", config=Config(max_message_chars=max(n, 1_000_000)))
                 mem.add("Sam", "I bought a new bicycle for the summer.")
                 mem.add("Maya", "We should visit the harbour market on Sunday.")
-                mem.add("Mallory", long_text(n, sentences=shape == "sentences"))
+                mem.add("Mallory", long_text(n, every=every))
                 mem.process()
                 times = []
                 for _ in range(args.repeat):

@@ -8,6 +8,7 @@ query pipeline's (:mod:`memsif_lite.query`), passed in on each call.
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 from typing import Iterator, Sequence
@@ -27,6 +28,8 @@ _WORD = re.compile(r"\w+")
 
 
 def _overlap(a: str, qwords: set[str]) -> int:
+    if a.isascii():  # its index form is itself, and lowering it lowers each word
+        return len(qwords.intersection(_WORD.findall(a.lower())))
     return len({w.lower() for w in _WORD.findall(index_text(a))} & qwords)
 
 
@@ -46,9 +49,8 @@ def excerpt(text: str, qwords: set[str], tokens: int | None = None, *, max_token
     and the excerpt is encoded once more to check it (a failed check cuts it: prefix_within)."""
     if (tokens if tokens is not None else count_upto(text, max_tokens, encode=encode)) <= max_tokens:
         return text
-    spans = _sentence_spans(text)
-    sents = [text[a:b] for a, b in spans]
-    ranked = sorted(range(len(sents)), key=lambda i: (-_overlap(sents[i], qwords), i)) if len(sents) > 1 else [0]
+    sents = [x for x in _SENT.split(text) if x.strip()]
+    ranked = _ranked(sents, qwords) if len(sents) > 1 else iter([0])
     keep: list[int] = []
     used = 0
     for i in ranked:
@@ -68,14 +70,17 @@ def excerpt(text: str, qwords: set[str], tokens: int | None = None, *, max_token
     return out + (" …" if out != text else "")
 
 
-def _sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence with something in it (``_SENT`` splits them)."""
-    spans, start = [], 0
-    for m in _SENT.finditer(text):
-        spans.append((start, m.start()))
-        start = m.end()
-    spans.append((start, len(text)))
-    return [(a, b) for a, b in spans if text[a:b].strip()]
+def _ranked(sents: list[str], qwords: set[str]) -> Iterator[int]:
+    """Sentence indexes by the question words they share (most first, ties in order), then the
+    rest in order. Only a sentence that may share one is scored: one holding a question word
+    written in any case, or a character beyond ASCII (the index form of such text may differ from
+    it); an ASCII sentence without any shares none. A message of many short sentences costs one
+    C-level search each, not a rewrite and a word split each."""
+    ascii_words = sorted((w for w in qwords if w.isascii()), key=len, reverse=True)
+    maybe = re.compile("|".join([*map(re.escape, ascii_words), r"[^\x00-\x7f]"]), re.IGNORECASE | re.ASCII)
+    scored = sorted((-n, i) for i, x in enumerate(sents) if maybe.search(x) and (n := _overlap(x, qwords)))
+    first = {i for _, i in scored}
+    return itertools.chain((i for _, i in scored), (i for i in range(len(sents)) if i not in first))
 
 
 def with_replies(ranked: Sequence[int], rows: dict[int, MessageRow], top: int) -> list[int]:
