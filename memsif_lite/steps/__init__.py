@@ -21,14 +21,14 @@ Words, one for each idea:
 
 from __future__ import annotations
 
-from .base import REKEYED, Outcome, Rebuild, Registry, Step, StepKind, Tools
+from .base import REKEYED, Outcome, Rebuild, Registry, SegmentStep, Step, StepKind, Tools
 from .close import Close
 from .extract import Extract
 from .fact import Fact
 from .place import Place
 from .runner import Runner
 
-__all__ = ["STEPS", "REKEYED", "Outcome", "Rebuild", "Registry", "Runner", "Step", "StepKind", "Tools"]
+__all__ = ["STEPS", "REKEYED", "Outcome", "Rebuild", "Registry", "Runner", "SegmentStep", "Step", "StepKind", "Tools"]
 
 STEPS = Registry(
     Place(),

@@ -16,7 +16,7 @@ from ..llm import LLM, Prompt
 from ..segments import SegmentBuilder
 from ..trajectories import TrajectoryBuilder
 
-__all__ = ["StepKind", "Outcome", "Tools", "Rebuild", "Step", "Registry", "REKEYED"]
+__all__ = ["StepKind", "Outcome", "Tools", "Rebuild", "Step", "SegmentStep", "Registry", "REKEYED"]
 
 D = TypeVar("D")
 
@@ -102,6 +102,23 @@ class Step(Generic[D]):
     def survives(self, segment_id: Any, payload: Any, rebuild: Rebuild) -> bool:
         """Whether a queued row of a message a merge stores again is kept (moved) by the rebuild."""
         return False
+
+
+class SegmentStep(Step[D]):
+    """A step about one segment, which its row names: refused without it, gone when the segment
+    is (emptied by ``forget``), dropped by a rebuild that drops the segment."""
+
+    def problem(self, segment_id: Any, payload: Any) -> str | None:
+        return None if isinstance(segment_id, int) else f"a {self.kind} step without its segment"
+
+    def survives(self, segment_id: Any, payload: Any, rebuild: Rebuild) -> bool:
+        return segment_id not in rebuild.dropped_segments
+
+    @staticmethod
+    def segment(tools: Tools, row: QueuedStep) -> int | None:
+        """The row's segment, None if it is gone."""
+        sid = row.segment_id
+        return None if sid is None or tools.db.structure.segment_state(sid) is None else sid
 
 
 class Registry:

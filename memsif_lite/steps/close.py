@@ -10,34 +10,23 @@ from ..llm import Prompt
 from ..segments import segment_lines
 from ..timeutil import now_stored
 from ..trajectories import TrajectoryDecision
-from .base import Rebuild, Step, StepKind, Tools
+from .base import SegmentStep, StepKind, Tools
 
 Closing = tuple[str | None, TrajectoryDecision]
 
 
-def segment_problem(kind: str, segment_id: Any) -> str | None:
-    """A close or extract row must name its segment."""
-    return None if isinstance(segment_id, int) else f"a {kind} step without its segment"
-
-
-class Close(Step[Closing]):
+class Close(SegmentStep[Closing]):
     kind = StepKind.CLOSE
     order = 1
     asks_ahead = True
 
-    def problem(self, segment_id: Any, payload: Any) -> str | None:
-        return segment_problem(self.kind, segment_id)
-
     def prompt(self, tools: Tools, row: QueuedStep) -> Prompt[Any] | None:
-        sid = row.segment_id
-        if sid is None or tools.db.structure.segment_state(sid) is None:
-            return None
-        return self.title_prompt(tools, sid)
+        sid = self.segment(tools, row)
+        return None if sid is None else self.title_prompt(tools, sid)
 
     def decide(self, tools: Tools, row: QueuedStep) -> Closing | None:
-        sid = row.segment_id
-        assert sid is not None
-        if tools.db.structure.segment_state(sid) is None:  # emptied by forget
+        sid = self.segment(tools, row)
+        if sid is None:  # emptied by forget
             return None
         title = tools.llm.complete(self.title_prompt(tools, sid)) if tools.llm is not None else None
         return title, tools.trajectories.decide(sid)
@@ -52,9 +41,6 @@ class Close(Step[Closing]):
                 tools.db.structure.set_segment_title(sid, title)
             tools.trajectories.apply(sid, trajectory)
             tools.db.queue.push(StepKind.EXTRACT, row.message_id, now_stored(), segment_id=sid)
-
-    def survives(self, segment_id: Any, payload: Any, rebuild: Rebuild) -> bool:
-        return segment_id not in rebuild.dropped_segments
 
     @staticmethod
     def title_prompt(tools: Tools, sid: int) -> Prompt[str]:
