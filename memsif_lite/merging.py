@@ -41,10 +41,8 @@ import numpy as np
 from . import store
 from .active_facts import ActiveFactStore, Evidence
 from .config import Config
-from .core_facts import Candidate
 from .db import Database
 from .db.merge import FullMessage
-from .db.queue import CLOSE, EXTRACT, FACT, PLACE, step_problem
 from .embed import Embeddings
 from .entities import extract_entities
 from .errors import InvalidInputError, MemoryFileError
@@ -52,13 +50,11 @@ from .forgetting import forget_message, recompute_unit
 from .int8 import dequantize, quantize
 from .ingest import MessageIn
 from .pipelines import Pipelines
+from .steps import REKEYED, STEPS, Rebuild, StepKind
 from .timeutil import now_stored
 from .worker import Worker
 
 __all__ = ["MergeReport", "OtherFile", "read_other", "merge", "merge_file"]
-
-#: queued steps of a segment that stays are re-keyed after the first replayed message, from this sub on
-_REKEYED_SUB = 1000
 
 
 @dataclass(frozen=True)
@@ -307,7 +303,7 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
             trajs.append(tid)
     for tid in sorted(set(trajs)):
         recompute_unit(db, "trajectory", tid)
-    moved = {m.id for m in replaced}
+    kept = Rebuild(dropped_segments=dropped, moved_messages={m.id for m in replaced})
     base = db.merge.max_message_id()
     now = now_stored()
     order = sorted([(m, True) for m in replaced] + [(m, False) for m in incoming], key=lambda x: x[0].order)
@@ -316,16 +312,13 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
     for i, (m, existing) in enumerate(order):
         nid = base + 1 + i
         db.merge.insert(nid, m, m.vector, m.content_hash)
-        db.queue.push(PLACE, nid, now)
+        db.queue.push(StepKind.PLACE, nid, now)
         if not existing:
             continue
         db.merge.move_evidence(m.id, nid)
         for sub, kind, step_seg, payload in db.merge.queued(m.id):
-            keep = step_problem(kind, step_seg, payload) is None and (  # a malformed row is dropped
-                (kind in (CLOSE, EXTRACT) and step_seg not in dropped)
-                or (kind == FACT and not moved.intersection(Candidate.from_json(str(payload)).message_ids)))
-            if keep:
-                db.merge.rekey(m.id, sub, first_new, _REKEYED_SUB + rekeyed)
+            if STEPS.survives(kind, step_seg, payload, kept):  # queued steps of what stays move after the point
+                db.merge.rekey(m.id, sub, first_new, REKEYED + rekeyed)
                 rekeyed += 1
             else:
                 db.merge.unqueue(m.id, sub)

@@ -32,9 +32,11 @@ from .store import FileInfo, check_embedding, connect, map_errors
 from .timeutil import now_stored
 from .trajectories import LLMTrajectoryJudge, OfflineTrajectoryJudge, TrajectoryBuilder, TrajectoryJudge
 from .version import __version__
-from .worker import Background, Processor, Worker
+from .background import Background
+from .modes import Mode
+from .worker import Worker
 
-__all__ = ["Pipelines", "Setup", "build", "make_llm", "processor", "check_meta", "embedder_for", "initial_meta",
+__all__ = ["Pipelines", "Setup", "build", "make_llm", "choose_mode", "check_meta", "embedder_for", "initial_meta",
            "open_database", "reopen", "wire"]
 
 
@@ -136,11 +138,11 @@ class Setup:
     trajectory_judge: TrajectoryJudge | None
 
 
-def processor(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> Processor:
-    """The processing mode (default: inline offline, background with an LLM)."""
+def choose_mode(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> Mode:
+    """When queued steps run (default: inline offline, background with an LLM)."""
     mode = mode or ("inline" if s.llm is None else "background")
-    if mode not in Processor.MODES:
-        raise InvalidInputError(f"process must be one of {', '.join(Processor.MODES)}")
+    if mode not in Mode.MODES:
+        raise InvalidInputError(f"process must be one of {', '.join(Mode.MODES)}")
 
     def open_worker() -> tuple[Worker, Callable[[], None]]:
         con = connect(s.path, dim=s.emb.dim, synchronous=s.cfg.synchronous, busy_timeout_ms=s.cfg.busy_timeout_ms)
@@ -150,15 +152,15 @@ def processor(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> 
         return bp.worker, db.close
 
     bg = Background(open_worker, health=health if s.llm else None) if mode == "background" else None
-    return Processor(mode, p.worker, offline=s.llm is None, background=bg)
+    return Mode(mode, p.worker, offline=s.llm is None, background=bg)
 
 
-def wire(db: Database, s: Setup, health: ModelHealth, mode: str | None, read_only: bool) -> tuple[Pipelines, Processor]:
-    """The pipelines and the processor of one open file, over its connection ``db`` (a read-only
+def wire(db: Database, s: Setup, health: ModelHealth, mode: str | None, read_only: bool) -> tuple[Pipelines, Mode]:
+    """The pipelines and the mode of one open file, over its connection ``db`` (a read-only
     file's LLM calls are not recorded in it)."""
     llm = make_llm(db, s.llm, s.llm_kwargs, s.cfg, health, record_calls=not read_only)
     p = build(db, s.cfg, s.emb, llm, boundary_judge=s.boundary_judge, trajectory_judge=s.trajectory_judge)
-    return p, processor(s, mode, p, health)
+    return p, choose_mode(s, mode, p, health)
 
 
 def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path, *, write: bool = True) -> None:

@@ -30,12 +30,12 @@ from .facts import CoreFacts, from_messages
 from .filtering import Filtering
 from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
-from .queue import Queue, Step
+from .queue import Queue, QueuedStep
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
 from .vector_cache import VectorCache
 
-__all__ = ["Database", "Step", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
+__all__ = ["Database", "QueuedStep", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
            "from_messages"]
 
 

@@ -1,27 +1,32 @@
-"""work_queue: the pending steps of the paper's pipeline, in (message_id, sub) order."""
+"""work_queue: the pending steps of the paper's pipeline, in (message_id, sub) order.
+
+The data layer knows the kinds of steps only as their step classes tell it
+(:mod:`memsif_lite.steps` registers each one here): the ``sub`` a kind is queued at
+(its ``order``) and why a row of that kind cannot run (its ``problem``). It names one kind
+itself, :data:`PLACE`, a message's first step (``forget`` drops it, ``check`` counts it).
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..checks import INT64_MAX
-from ..timeutil import is_stored
 from .base import Table
 
-__all__ = ["Queue", "Step", "PLACE", "CLOSE", "EXTRACT", "FACT", "step_problem", "malformed_steps"]
+__all__ = ["Queue", "QueuedStep", "StepRule", "PLACE", "register", "unregister", "step_problem", "malformed_steps"]
 
 log = logging.getLogger("memsif_lite")
 
-PLACE, CLOSE, EXTRACT, FACT = "place", "close", "extract", "fact"
-_SUB = {PLACE: 0, CLOSE: 1, EXTRACT: 2}
+#: the kind of a message's first step, as stored
+PLACE = "place"
 _COLS = "id, message_id, sub, kind, segment_id, payload, created_at, attempts"
 
 
 @dataclass(frozen=True)
-class Step:
+class QueuedStep:
+    """One row of the work queue: a step of a kind, for a message, still to run."""
+
     id: int
     message_id: int
     sub: int
@@ -32,51 +37,38 @@ class Step:
     attempts: int
 
 
+class StepRule(Protocol):
+    """What the queue needs to know of a kind of step (:class:`memsif_lite.steps.Step` has it)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def order(self) -> int: ...
+
+    def problem(self, segment_id: Any, payload: Any) -> str | None: ...
+
+
+_RULES: dict[str, StepRule] = {}
+
+
+def register(rule: StepRule) -> None:
+    """Make a kind of step known (``memsif_lite.steps.Registry`` calls it for each of its steps)."""
+    _RULES[str(rule.kind)] = rule
+
+
+def unregister(kind: str) -> None:
+    _RULES.pop(str(kind), None)
+
+
 def step_problem(kind: Any, segment_id: Any, payload: Any) -> str | None:
     """Why a queued row cannot be run, or None. The file may come from anyone (or from an export):
-    a row with an unknown kind, a close or extract without its segment, or a CoreFact candidate
-    that is not one (the shape ``core_facts.Candidate.to_json`` writes) is set aside, never run."""
-    if kind == PLACE:
-        return None
-    if kind in (CLOSE, EXTRACT):
-        return None if isinstance(segment_id, int) else f"a {kind} step without its segment"
-    if kind != FACT:
+    a row of an unknown kind, or one its step refuses (a close without its segment, a CoreFact
+    candidate that is not one), is set aside, never run."""
+    rule = _RULES.get(kind) if isinstance(kind, str) else None
+    if rule is None:
         return f"unknown step kind {str(kind)[:40]!r}"
-    if not isinstance(payload, str):
-        return "a fact step without its candidate"
-    try:
-        d = json.loads(payload)
-    except ValueError:
-        return "a fact step whose candidate is not JSON"
-    return _candidate_problem(d)
-
-
-def _candidate_problem(d: Any) -> str | None:
-    if not isinstance(d, dict):
-        return "a fact step whose candidate is not an object"
-    for key in ("subject", "type", "stmt", "origin"):
-        v = d.get(key)
-        if not isinstance(v, str) or not v.strip() or not _utf8(v):
-            return f"a fact candidate without a valid {key!r}"
-    if not (d.get("slot") is None or (isinstance(d["slot"], str) and _utf8(d["slot"]))):
-        return "a fact candidate with an invalid 'slot'"
-    if not isinstance(d.get("change", False), bool):
-        return "a fact candidate with an invalid 'change'"
-    mids = d.get("message_ids")
-    if not isinstance(mids, list) or not mids or not all(
-            isinstance(m, int) and not isinstance(m, bool) and 0 < m <= INT64_MAX for m in mids):
-        return "a fact candidate whose 'message_ids' are not message ids"
-    if not is_stored(d.get("at")):
-        return "a fact candidate whose 'at' is not a stored time"
-    return None
-
-
-def _utf8(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return rule.problem(segment_id, payload)
 
 
 def malformed_steps(con: Any) -> list[str]:
@@ -93,33 +85,33 @@ def malformed_steps(con: Any) -> list[str]:
 class Queue(Table):
     def push(self, kind: str, message_id: int, created_at: str, *, segment_id: int | None = None,
              payload: str | None = None, index: int = 0) -> None:
-        """Enqueue a step; a CoreFact candidate's position is ``index`` (sub = 3 + index)."""
-        sub = _SUB[kind] if kind != FACT else 3 + index
+        """Enqueue a step of a registered kind at sub = its order + ``index`` (a CoreFact candidate's position)."""
+        sub = _RULES[str(kind)].order + index
         self.con.execute("INSERT INTO work_queue(message_id, sub, kind, segment_id, payload, created_at) "
-                         "VALUES(?,?,?,?,?,?)", (message_id, sub, kind, segment_id, payload, created_at))
+                         "VALUES(?,?,?,?,?,?)", (message_id, sub, str(kind), segment_id, payload, created_at))
 
-    def head(self) -> Step | None:
+    def head(self) -> QueuedStep | None:
         """The next step to run."""
         r = self.con.execute(f"SELECT {_COLS} FROM work_queue ORDER BY message_id, sub LIMIT 1").fetchone()
-        return None if r is None else Step(*r)
+        return None if r is None else QueuedStep(*r)
 
-    def pending(self, kinds: tuple[str, ...], limit: int) -> list[Step]:
+    def pending(self, kinds: tuple[str, ...], limit: int) -> list[QueuedStep]:
         """The earliest pending steps of the given kinds, in queue order."""
         marks = ",".join("?" * len(kinds))
-        return [Step(*r) for r in self.con.execute(
+        return [QueuedStep(*r) for r in self.con.execute(
             f"SELECT {_COLS} FROM work_queue WHERE kind IN ({marks}) ORDER BY message_id, sub LIMIT ?",
             (*kinds, limit))]
 
     # A step is identified by (message_id, sub), never by its rowid: rowids of deleted rows are
     # reused, while a (message_id, sub) pair is enqueued at most once in a file's life.
-    def exists(self, step: Step) -> bool:
+    def exists(self, step: QueuedStep) -> bool:
         return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=?",
                                 (step.message_id, step.sub)).fetchone() is not None
 
-    def done(self, step: Step) -> None:
+    def done(self, step: QueuedStep) -> None:
         self.con.execute("DELETE FROM work_queue WHERE message_id=? AND sub=?", (step.message_id, step.sub))
 
-    def set_aside(self, step: Step, why: str) -> None:
+    def set_aside(self, step: QueuedStep, why: str) -> None:
         """Remove a row that cannot be run (:func:`step_problem`), saying so in the log, so that
         the queue (and every ``add`` that runs it) goes on."""
         log.warning("queued step (message %d, sub %d, kind %.40r) set aside: %s; payload %.200r",

@@ -1,0 +1,74 @@
+"""*fact*: one CoreFact candidate, written by the operation chosen for it (paper §3.3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from ..checks import INT64_MAX
+from ..core_facts import Candidate, FactDecision
+from ..db import QueuedStep
+from ..timeutil import is_stored
+from .base import Rebuild, Step, StepKind, Tools
+
+Choice = tuple[Candidate, FactDecision]
+
+
+class Fact(Step[Choice]):
+    kind = StepKind.FACT
+    order = 3  # + the candidate's position in its extraction
+
+    def problem(self, segment_id: Any, payload: Any) -> str | None:
+        """A candidate must have the shape ``core_facts.Candidate.to_json`` writes."""
+        if not isinstance(payload, str):
+            return "a fact step without its candidate"
+        try:
+            d = json.loads(payload)
+        except ValueError:
+            return "a fact step whose candidate is not JSON"
+        return _candidate_problem(d)
+
+    def decide(self, tools: Tools, row: QueuedStep) -> Choice | None:
+        assert row.payload is not None
+        c = Candidate.from_json(row.payload)
+        alive = tuple(m for m in c.message_ids if tools.db.messages.exists(m))
+        if not alive:  # every source forgotten meanwhile
+            return None
+        if alive != c.message_ids:
+            c = dataclasses.replace(c, message_ids=alive)
+        return c, tools.core_facts.decide(c)
+
+    def apply(self, tools: Tools, row: QueuedStep, choice: Choice) -> None:
+        tools.core_facts.apply(*choice)
+
+    def survives(self, segment_id: Any, payload: Any, rebuild: Rebuild) -> bool:
+        return not rebuild.moved_messages.intersection(Candidate.from_json(str(payload)).message_ids)
+
+
+def _candidate_problem(d: Any) -> str | None:
+    if not isinstance(d, dict):
+        return "a fact step whose candidate is not an object"
+    for key in ("subject", "type", "stmt", "origin"):
+        v = d.get(key)
+        if not isinstance(v, str) or not v.strip() or not _utf8(v):
+            return f"a fact candidate without a valid {key!r}"
+    if not (d.get("slot") is None or (isinstance(d["slot"], str) and _utf8(d["slot"]))):
+        return "a fact candidate with an invalid 'slot'"
+    if not isinstance(d.get("change", False), bool):
+        return "a fact candidate with an invalid 'change'"
+    mids = d.get("message_ids")
+    if not isinstance(mids, list) or not mids or not all(
+            isinstance(m, int) and not isinstance(m, bool) and 0 < m <= INT64_MAX for m in mids):
+        return "a fact candidate whose 'message_ids' are not message ids"
+    if not is_stored(d.get("at")):
+        return "a fact candidate whose 'at' is not a stored time"
+    return None
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,43 @@
+"""*place*: put a stored message in the open segment, or close it and open a new one (paper §3.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..db import QueuedStep
+from ..entities import extract_entities
+from ..segments import PlaceDecision
+from ..timeutil import now_stored
+from .base import Step, StepKind, Tools
+
+
+@dataclass(frozen=True)
+class Placing:
+    message_id: int
+    vec: np.ndarray
+    ents: list[str]
+    at: str
+    decision: PlaceDecision
+
+
+class Place(Step[Placing]):
+    kind = StepKind.PLACE
+    order = 0
+
+    def decide(self, tools: Tools, row: QueuedStep) -> Placing | None:
+        msg = tools.db.messages.get(row.message_id)
+        if msg is None:  # forgotten meanwhile
+            return None
+        hint = tools.hints.pop(msg.id, None)
+        vec, ents = hint if hint is not None else (tools.db.messages.vector(msg.id), extract_entities(msg.text))
+        if vec is None:
+            return None
+        decision = tools.segments.decide(vec, ents, msg.at, f"{msg.speaker}: {msg.text}")
+        return Placing(msg.id, vec, ents, msg.at, decision)
+
+    def apply(self, tools: Tools, row: QueuedStep, p: Placing) -> None:
+        closed = tools.segments.apply(p.message_id, p.vec, p.ents, p.at, p.decision)
+        if closed is not None:
+            tools.db.queue.push(StepKind.CLOSE, p.message_id, now_stored(), segment_id=closed)
