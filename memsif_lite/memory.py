@@ -42,7 +42,7 @@ class Memory:
     ``embedder`` replaces the model the file records (:class:`~memsif_lite.embed.Embedder`);
     ``boundary_judge`` / ``trajectory_judge`` the judges (:mod:`memsif_lite.segments`,
     :mod:`memsif_lite.trajectories`); ``process``: ``"inline"``, ``"background"`` or ``"manual"``
-    (:class:`~memsif_lite.worker.Processor`)."""
+    (:class:`~memsif_lite.modes.Mode`)."""
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,

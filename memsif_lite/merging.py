@@ -31,7 +31,6 @@ with its place steps pending); ``dry_run`` reports without writing.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -43,7 +42,7 @@ from .active_facts import ActiveFactStore, Evidence
 from .config import Config
 from .db import Database
 from .db.merge import FullMessage
-from .embed import Embeddings
+from .embed import Embeddings, passage, passage_hash
 from .entities import extract_entities
 from .errors import InvalidInputError, MemoryFileError
 from .forgetting import forget_message, recompute_unit
@@ -198,8 +197,8 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
     if dry_run:
         return report
     # embedding (and the other file's query vectors) with no transaction open
-    passages = [f"{m.speaker}: {m.text}" for m in incoming]
-    hashes = [hashlib.sha256(p.encode("utf-8")).digest() for p in passages]
+    passages = [passage(m.speaker, m.text) for m in incoming]
+    hashes = [passage_hash(p) for p in passages]
     if same_model:
         vectors = [m.vector for m in incoming]
     else:

@@ -26,7 +26,7 @@ from .matching import phi
 from .timeutil import from_stored
 from .types import Segment
 
-__all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "PlaceDecision", "StaleError",
+__all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "PlaceDecision",
            "segment_lines", "list_segments", "label", "MAX_GAP"]
 
 log = logging.getLogger("memsif_lite")

@@ -26,7 +26,8 @@ from .core_facts import CoreFactWriter
 from .db import Database
 from .llm import LLM
 from .lookahead import Lookahead
-from .segments import SegmentBuilder, StaleError
+from .errors import StaleError
+from .segments import SegmentBuilder
 from .steps import STEPS, Outcome, Registry, Runner, StepKind, Tools
 from .trajectories import TrajectoryBuilder
 

@@ -6,6 +6,7 @@ string, one error module, one cache key, protocols used as protocols, and the re
 from __future__ import annotations
 
 import ast
+import re
 import inspect
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from memsif_lite.query import QueryPipeline
 from memsif_lite.retrieval import Retriever, fts_query, query_terms
 
 PKG = Path(__file__).resolve().parent.parent / "memsif_lite"
+
+
+def _sources() -> dict[str, str]:
+    return {f.relative_to(PKG).as_posix(): f.read_text(encoding="utf-8") for f in PKG.rglob("*.py")}
 
 
 def _trees() -> dict[str, ast.Module]:
@@ -68,7 +73,7 @@ def test_the_error_tree_names_every_user_error():
 
 def test_the_passage_cache_key_is_made_in_one_place(memory, db):
     """A message's content hash is ``passage_hash(passage(speaker, text))``, and only embed.py
-    hashes passages (db/merge.py hashes tombstones; merging.py still spells the key itself)."""
+    hashes passages (db/merge.py hashes tombstones)."""
     mem = memory()
     mid = mem.add("Sam", "I adopted a greyhound named Pixel.")
     with raw(db) as con:
@@ -76,7 +81,11 @@ def test_the_passage_cache_key_is_made_in_one_place(memory, db):
     assert stored == passage_hash(passage("Sam", "I adopted a greyhound named Pixel."))
     hashing = {name for name, tree in _trees().items() for node in ast.walk(tree)
                if isinstance(node, ast.Attribute) and node.attr == "sha256"}
-    assert hashing <= {"embed.py", "db/merge.py", "merging.py"}, hashing
+    assert hashing <= {"embed.py", "db/merge.py"}, hashing
+    key = re.compile(r'f"\{[a-z_.]*speaker\}: \{[a-z_.]*text\}"')
+    spelled = {name for name, text in _sources().items() if key.search(text)}
+    # (retrieval.py: a segment's display lines in a search result, not a key)
+    assert spelled <= {"embed.py", "retrieval.py"}, f"the passage key is spelled out in {spelled}: use embed.passage"
 
 
 def test_rules_are_used_through_their_protocols():

@@ -96,7 +96,7 @@ class Step(Generic[D]):
 
     def apply(self, tools: Tools, row: QueuedStep, decision: D) -> None:
         """Write the decision and enqueue what follows, inside the write transaction; raises
-        :class:`~memsif_lite.segments.StaleError` when what it decided on changed meanwhile."""
+        :class:`~memsif_lite.errors.StaleError` when what it decided on changed meanwhile."""
         raise NotImplementedError
 
     def survives(self, segment_id: Any, payload: Any, rebuild: Rebuild) -> bool:

@@ -6,7 +6,7 @@
    extractors and choosers — an LLM when one is configured, which may take seconds;
 3. *apply* in one short ``BEGIN IMMEDIATE`` transaction (or ``add``'s own, offline) that first
    checks the row is still queued (another process may have applied it meanwhile), then writes
-   the decision (:class:`~memsif_lite.segments.StaleError` when the state it read changed: the
+   the decision (:class:`~memsif_lite.errors.StaleError` when the state it read changed: the
    decision is discarded and made again) and deletes the row in the same transaction.
 """
 
