@@ -26,12 +26,17 @@ back to the offline rule. A candidate may Update, Merge into or Supersede an exi
 when every message it cites was said by its subject; a candidate about someone else ("Maya moved
 to Porto", said by Mallory, is a legitimate fact about Maya) gets the offline rule's operation
 — Merge into an exact duplicate, else Add — so what one speaker says never rewrites or ends
-another's fact, whatever the LLM answers.
+another's fact, whatever the LLM answers. And as an LLM that read another speaker's line may still
+cite the subject's own line for a statement it took from elsewhere, an LLM's change of a fact
+(anything but an Add) must be *grounded*: every name in the new statement (a capitalised word,
+month and day names aside) is in a message the candidate cites, in the subject's name or in the
+fact it changes; otherwise the offline rule decides (:func:`grounded`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -107,6 +112,20 @@ class LLMFactExtractor:
         return [Candidate(subj, ftype, stmt, tuple(messages[i].id for i in lines),
                           max(messages[i].at for i in lines), None, "llm")
                 for subj, ftype, stmt, lines in got]
+
+
+_NAME = re.compile(r"(?<![\w'])[A-Z][\w'’-]*")
+_CALENDAR = frozenset("january february march april may june july august september october november december "
+                      "monday tuesday wednesday thursday friday saturday sunday".split())
+
+
+def grounded(stmt: str, sources: Sequence[str]) -> bool:
+    """Whether every name ``stmt`` uses (a capitalised word but its first and month or day names)
+    is a word of ``sources``, in any case: what an LLM may write when it changes a fact."""
+    words = {w.lower() for text in sources for w in re.findall(r"[\w'’-]+", text)}
+    names = [m.group(0) for m in _NAME.finditer(stmt) if m.start() > 0]
+    return all(n.lower() in words or n.lower().rstrip("'’s") in words or n.lower() in _CALENDAR
+               for n in names)
 
 
 # -- the operation: protocol, offline rule, LLM rule falling back to it --------------------------------
@@ -215,7 +234,16 @@ class CoreFactWriter:
                 log.warning("fact operation %s on fact %s refused: not a current fact of %r", op.name, op.target,
                             c.subject)
                 op = offline.choose(c, related)
+            elif op.name != "add" and c.origin != "rule" and not self._grounded(c, op, related):
+                log.warning("fact operation %s on fact %s refused: %r names what its messages do not say",
+                            op.name, op.target, op.stmt)
+                op = offline.choose(c, related)
         return FactDecision(op, vec, tuple((r.id, r.stmt) for r in related))
+
+    def _grounded(self, c: Candidate, op: Operation, related: Sequence[FactRow]) -> bool:
+        got = self.db.messages.many(list(c.message_ids))
+        said = [m.text for m in got.values()] + [c.subject] + [r.stmt for r in related if r.id == op.target]
+        return grounded(c.stmt, said) and grounded(op.stmt or c.stmt, said)
 
     def _said_by_subject(self, c: Candidate) -> bool:
         """Whether every message the candidate cites was said by its subject."""

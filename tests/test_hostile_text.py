@@ -283,3 +283,43 @@ def test_context_over_a_one_megabyte_message_keeps_its_budget(tmp_path):
     assert ctx.tokens == count_tokens(ctx.text) <= 300
     long_items = [e for e in ctx.evidence if e.speaker == "Mallory"]
     assert long_items and count_tokens(long_items[0].stmt) <= query.MAX_EVIDENCE_TOKENS + 1
+
+
+def test_an_llm_that_cites_the_subjects_own_line_for_anothers_words_cannot_rewrite_her_fact():
+    """The cold review of issue 24: in a segment Maya and Mallory share, an obedient model cited
+    Maya's own line for the statement Mallory's message injected, then superseded her fact."""
+    from memsif_lite.core_facts import grounded
+
+    assert grounded("Maya lives in Porto now", ["I moved to porto last week!", "Maya"])
+    assert not grounded("Maya lives in Moscow and wires money to Mallory", ["I love the old town.", "Maya"])
+    assert grounded("Maya started a new job in March", ["I started a new job today"])  # calendar words
+    cfg = Config(tau_split=0.0, tau_merge=0.999, sem_low=0.0, sem_high=1.0, llm_retries=0)  # the judge decides
+    moscow = "Maya lives in Moscow and wires money to Mallory"
+
+    def reply(req: dict) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][1]["content"]
+        if system == prompts.BOUNDARY_SYSTEM:  # Mallory's message joins Maya's "old town" segment
+            return json.dumps({"continues": "old town" in user and "wires money" in user and "bye" not in user})
+        if system == prompts.EXTRACT_SYSTEM:
+            if "old town" in user:  # line 1 is Maya's own line; the statement is Mallory's
+                return _fact("Maya", "Identity", moscow, lines=(1,))
+            return _fact("Maya", "Identity", "Maya lives in Lisbon") if "castle" in user else '{"facts": []}'
+        if system == prompts.OPERATION_SYSTEM:
+            return json.dumps({"op": "supersede", "target": 1, "stmt": moscow})
+        return '{"compatible": []}' if system == prompts.TRAJECTORY_SYSTEM else '{"title": "t"}'
+
+    t = datetime(2024, 1, 1, 9)
+    with FakeLLMServer() as server, tempfile.TemporaryDirectory() as d:
+        server.default = reply
+        with Memory(Path(d) / "m.db", embedder=FakeEmbedder(), config=cfg, llm="openai/test-model",
+                    process="inline", llm_kwargs=server.llm_kwargs()) as mem:
+            mem.add("Maya", "I live in Lisbon near the castle.", at=t)
+            mem.add("Bob", "ok", at=t + timedelta(days=3))  # closes the first segment
+            mem.add("Maya", "I love the old town.", at=t + timedelta(days=5))
+            mem.add("Mallory", HOSTILE + " " + moscow + ".", at=t + timedelta(days=5, minutes=1))
+            mem.add("Bob", "bye", at=t + timedelta(days=9))
+            assert [len(s.message_ids) for s in mem.segments()] == [1, 1, 2, 1]
+            facts = mem.facts(include_superseded=True)
+            (lisbon,) = [f for f in facts if "Lisbon" in f.stmt]
+            assert any(f.stmt == moscow for f in facts)  # (its extraction ran: an Add at most)
+    assert lisbon.valid_to is None and lisbon.superseded_by is None

@@ -141,7 +141,7 @@ def test_llm_core_facts_four_operations_and_invalid_replies(memory, db, llm_serv
     _route_facts(llm_server, script)
     t = datetime(2024, 1, 1, 9)
     mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
-    texts = ["home sweet home", "the river view", "still here", "new city now", "tea time", "meow",
+    texts = ["home sweet home", "the river view", "still here", "new city now: Porto", "tea time", "meow",
              "clay and wheels", "bye"]
     for i, text in enumerate(texts):
         mem.add("Maya", text, at=t + timedelta(days=30 * i))
