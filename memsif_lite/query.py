@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import prompts
+from . import episodes, prompts
 from .active_facts import ActiveFactStore, Evidence
 from .answers import has_content_words, offline_answer
 from .db import Database, MessageRow
@@ -424,6 +424,8 @@ class QueryPipeline:
                 nxt = [m + 1 for m in ranked[:REPLY_OF_TOP]] if flt is None else []  # a filter may exclude them
                 rows = self.db.messages.many(ranked[:60] + nxt)
                 ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
+                ranked = episodes.with_neighbours(self.db, ranked, rows, episodes.NEIGHBOURS_OF_TOP if flt is None
+                                                  else 0)
                 got = _offline_evidence(rows, ranked, _query_words(question), 60)
                 excerpts = True
             evidence = got

@@ -19,7 +19,8 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from . import prompts
-from .db import Database
+from .db import Database, Unit
+from .episodes import ATTACH, boundary_rule
 from .llm import LLM
 from .matching import phi
 from .timeutil import from_stored
@@ -88,10 +89,12 @@ class SegmentBuilder:
     """Places each new message into the open segment or a new one (closing the open one)."""
 
     def __init__(self, db: Database, *, alpha: float, tau_merge: float, tau_split: float,
-                 levels: tuple[float, float], judge: BoundaryJudge):
+                 levels: tuple[float, float], judge: BoundaryJudge, gap_s: float = float("inf"),
+                 burst_s: float = 0.0):
         self.db = db
         self.alpha, self.tau_merge, self.tau_split, self.levels = alpha, tau_merge, tau_split, levels
         self.judge = judge
+        self.gap_s, self.burst_s = gap_s, burst_s
 
     def decide(self, vec: np.ndarray, ents: list[str], at: str, line: str) -> PlaceDecision:
         """The double-threshold rule against the open segment; the judge only inside the band."""
@@ -117,7 +120,8 @@ class SegmentBuilder:
         if (seg.id if seg else None) != d.open_id or (seg.n if seg else 0) != d.open_n:
             raise StaleError("the open segment changed")
         closed = None
-        if d.decision in ("merge", "judge_merge"):
+        decision = self._episode(message_id, seg) or d.decision
+        if decision in ("merge", "judge_merge", ATTACH):
             assert seg is not None
             seg.add(vec, ents, at, at)
             structure.save("segment", seg)
@@ -127,8 +131,19 @@ class SegmentBuilder:
                 structure.close_segment(seg.id)
                 closed = seg.id
             seg_id = structure.create_segment(vec, ents, at)
-        structure.place_message(message_id, seg_id, ents, d.score, d.decision)
+        structure.place_message(message_id, seg_id, ents, d.score, decision)
         return closed
+
+    def _episode(self, message_id: int, seg: Unit | None) -> str | None:
+        """The episode rules (memsif_lite.episodes) for a message and the open segment: they hold
+        whatever φ or the judge decided. The open segment's last message is the one before."""
+        new = self.db.messages.get(message_id)
+        if seg is None or new is None:
+            return None
+        prev = self.db.messages.get(message_id - 1)
+        if prev is not None and self.db.structure.segment_of_message(prev.id) != seg.id:
+            prev = None
+        return boundary_rule(prev, new, seg.end_at, gap_s=self.gap_s, burst_s=self.burst_s)
 
 def label(entity_counts: Mapping[str, int], n: int = 4) -> str:
     """A unit's label when it has no title: top entities by count, whole names before their parts."""
