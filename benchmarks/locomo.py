@@ -236,7 +236,7 @@ def run(args) -> dict:
                  "systems": {}, "budgets": budgets, "date": date.today().isoformat(), "machine": machine(),
                  "embedding_model": real.model_id,
                  "embedding_turns_per_s": None if args.no_embed_timing else round(n_turns / embed_s_total, 1),
-                  "peak_rss_mb": round(peak_rss_mb(), 1)}
+                 "peak_rss_mb": round(peak_rss_mb(), 1)}
     out["questions"] = [[sid, c, n] for sid, c, n, _, _ in per_q[systems[0]][budgets[0]]] if systems else []
     for s in systems:
         lat = totals[s]["lat"]
