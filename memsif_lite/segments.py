@@ -4,6 +4,9 @@ Messages are processed in arrival order. The first message opens a segment. For 
 message u_t and the open segment S_i:  φ(u_t, S_i) ≥ τ_merge appends;  φ ≤ τ_split opens a new
 segment;  otherwise the boundary judge decides (the LLM when configured, else the offline
 rule: continue iff φ is above the band's midpoint and the time gap is under ``MAX_GAP``).
+Then the episode rules hold whatever φ or the judge said (memsif_lite.episodes, issue 26): a
+session change or a gap over ``segment_gap_s`` ends the segment; the rest of a burst and a short
+reaction join it. They are applied with the decision, where the message itself is known.
 When a segment closes it is handed to the trajectory step and then to the closing hooks
 (CoreFact extraction).
 """

@@ -1,6 +1,5 @@
 """Topical Segments as episodes (issue 26): a session change or a long gap ends a segment whatever φ
-says; the rest of a burst and a short reaction join the open segment; evidence brings a top
-message's neighbours in its segment."""
+says; the rest of a burst joins the open segment; evidence brings the rest of a top message's burst."""
 
 from __future__ import annotations
 
@@ -94,29 +93,13 @@ def test_a_burst_needs_the_same_speaker(tmp_path):
     mem.close()
 
 
-def test_a_reaction_joins_the_episode_it_answers(tmp_path):
-    mem = _mem(tmp_path, burst_s=0)
-    ids = mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
-                        {"speaker": "Ben", "text": "omg 😂", "at": T0 + timedelta(seconds=40)},
-                        {"speaker": "Ben", "text": "violin lessons start tuesday downtown",
-                         "at": T0 + timedelta(seconds=90)}])
-    assert _segments(mem) == [tuple(ids[:2]), (ids[2],)]
-    assert _decisions(mem, tmp_path / "m.db")[1] == episodes.ATTACH
-
-
-def test_a_reaction_after_a_session_change_does_not_join(tmp_path):
-    mem = _mem(tmp_path)
-    mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0, "session": "1"},
-                  {"speaker": "Ben", "text": "lol", "at": T0 + timedelta(seconds=40), "session": "2"}])
+def test_a_short_reply_of_the_other_speaker_is_judged_by_phi(tmp_path):
+    """Only the same speaker's burst attaches: a reaction by the other speaker is a message like any."""
+    mem = _mem(tmp_path, burst_s=30)
+    mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
+                  {"speaker": "Ben", "text": "omg 😂", "at": T0 + timedelta(seconds=5)}])
     assert len(_segments(mem)) == 2
-    mem.close()
-
-
-@pytest.mark.parametrize("text,reaction", [("lol", True), ("omg yes", True), ("👍", True), ("sounds great", True),
-                                           ("moving to Paris", False), ("yes, since 2020", False),
-                                           ("i went to the gym", False), ("", True)])
-def test_what_counts_as_a_reaction(text, reaction):
-    assert episodes.is_reaction(text) is reaction
+    assert _decisions(mem, tmp_path / "m.db") == ["first", "split"]
 
 
 @pytest.mark.parametrize("knobs", [{"segment_gap_s": 0}, {"segment_gap_s": -5}, {"segment_gap_s": float("nan")},
@@ -145,3 +128,46 @@ def test_no_segment_spans_a_session_change_or_a_long_gap(tmp_path_factory, spec)
         for a, b in zip(s, s[1:], strict=False):
             assert at[a]["session"] == at[b]["session"]
             assert (at[b]["at"] - at[a]["at"]).total_seconds() <= 3600
+
+
+QUESTION = "Which beagle did Ana adopt?"
+
+
+def _burst_memory(tmp_path) -> tuple[Memory, list[int]]:
+    mem = _mem(tmp_path, burst_s=30)
+    items = [{"speaker": "Ben", "text": f"Ben adopted a goldfish named Bubbles number {i}",
+              "at": T0 + timedelta(minutes=i)} for i in range(30)]
+    items += [{"speaker": "Ana", "text": "Ana adopted a beagle", "at": T0 + timedelta(minutes=40)},
+              {"speaker": "Ana", "text": "his name is Rex", "at": T0 + timedelta(minutes=40, seconds=6)}]
+    return mem, mem.add_many(items)
+
+
+def test_a_top_message_brings_its_neighbour_in_the_segment(tmp_path, monkeypatch):
+    mem, ids = _burst_memory(tmp_path)
+    monkeypatch.setattr(episodes, "NEIGHBOURS_OF_TOP", 3)
+    ctx = mem.context(QUESTION, budget_tokens=60)
+    assert {ids[-2], ids[-1]} <= set(ctx.message_ids)
+    monkeypatch.setattr(episodes, "NEIGHBOUR_TOKENS", 2)  # "his name is Rex" is over the allowance
+    assert ids[-1] not in mem.context(QUESTION, budget_tokens=60).message_ids
+    mem.close()
+
+
+def test_without_neighbours_the_rest_of_the_burst_is_crowded_out(tmp_path, monkeypatch):
+    mem, ids = _burst_memory(tmp_path)
+    monkeypatch.setattr(episodes, "NEIGHBOURS_OF_TOP", 0)
+    ctx = mem.context(QUESTION, budget_tokens=60)
+    assert ids[-2] in ctx.message_ids and ids[-1] not in ctx.message_ids
+    mem.close()
+
+
+def test_the_other_speakers_neighbour_does_not_come(tmp_path):
+    mem = _mem(tmp_path, burst_s=30, tau_merge=0.01, tau_split=0.0)  # one segment: only the speaker differs
+    items = [{"speaker": "Ben", "text": f"Ben adopted a goldfish named Bubbles number {i}",
+              "at": T0 + timedelta(minutes=i)} for i in range(30)]
+    items += [{"speaker": "Ana", "text": "Ana adopted a beagle", "at": T0 + timedelta(minutes=40)},
+              {"speaker": "Ben", "text": "his name is Rex", "at": T0 + timedelta(minutes=40, seconds=6)}]
+    ids = mem.add_many(items)
+    assert _segments(mem) == [tuple(ids)]
+    ctx = mem.context(QUESTION, budget_tokens=60)
+    assert ids[-2] in ctx.message_ids and ids[-1] not in ctx.message_ids
+    mem.close()

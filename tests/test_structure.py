@@ -124,7 +124,7 @@ def _check_stored_invariants(con, mem, cfg, embedder):
         ends = gap > cfg.segment_gap_s or new.session != last.session
         assert (decision == episodes.END) == ends  # the episode rules hold whatever φ says
         if decision == episodes.ATTACH:
-            assert (new.speaker == last.speaker and gap <= cfg.burst_s) or episodes.is_reaction(new.text)
+            assert new.speaker == last.speaker and gap <= cfg.burst_s
         elif decision == episodes.END:
             pass
         elif decision == "merge":
