@@ -77,27 +77,14 @@ def test_the_rest_of_a_burst_joins_its_segment(tmp_path):
     assert _decisions(mem, tmp_path / "m.db")[1] == episodes.ATTACH
 
 
-def test_without_bursts_phi_splits_the_burst(tmp_path):
-    mem = _mem(tmp_path, burst_s=0)
+@pytest.mark.parametrize("burst_s,second", [(0, ("Ana", "violin lessons start tuesday downtown")),
+                                             (30, ("Ben", "violin lessons start tuesday downtown")),
+                                             (30, ("Ben", "omg 😂"))])
+def test_without_a_burst_phi_decides(tmp_path, burst_s, second):
+    """No burst rule, or another speaker (a short reaction too): φ splits the unrelated message."""
+    mem = _mem(tmp_path, burst_s=burst_s)
     mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
-                  {"speaker": "Ana", "text": "violin lessons start tuesday downtown", "at": T0 + timedelta(seconds=8)}])
-    assert len(_segments(mem)) == 2
-    mem.close()
-
-
-def test_a_burst_needs_the_same_speaker(tmp_path):
-    mem = _mem(tmp_path, burst_s=30)
-    mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
-                  {"speaker": "Ben", "text": "violin lessons start tuesday downtown", "at": T0 + timedelta(seconds=8)}])
-    assert len(_segments(mem)) == 2
-    mem.close()
-
-
-def test_a_short_reply_of_the_other_speaker_is_judged_by_phi(tmp_path):
-    """Only the same speaker's burst attaches: a reaction by the other speaker is a message like any."""
-    mem = _mem(tmp_path, burst_s=30)
-    mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
-                  {"speaker": "Ben", "text": "omg 😂", "at": T0 + timedelta(seconds=5)}])
+                  {"speaker": second[0], "text": second[1], "at": T0 + timedelta(seconds=5)}])
     assert len(_segments(mem)) == 2
     assert _decisions(mem, tmp_path / "m.db") == ["first", "split"]
 
