@@ -53,6 +53,12 @@ class Config:
     #: own (0 leaves that level out of retrieval; chosen on the LoCoMo development half)
     segment_weight: float = 0.2
     trajectory_weight: float = 0.05
+    #: episodes (memsif_lite.episodes): a Topical Segment ends at a session change or a gap of more
+    #: than ``segment_gap_s`` seconds; the same speaker's next message within ``burst_s`` seconds
+    #: joins the open segment (0: judged by φ like any message). Chosen on held-out splits of the
+    #: LoCoMo development half and its chat-style variant (benchmarks/README.md, "Episodes")
+    segment_gap_s: float = 3600.0
+    burst_s: float = 30.0
     embedding_model: str | None = None
     synchronous: str = "FULL"
     busy_timeout_ms: int = 10_000
@@ -90,6 +96,12 @@ class Config:
                 raise ConfigError("sem_low must be below sem_high")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or not 1 <= self.top_k <= 100:
             raise ConfigError(f"top_k must be an integer in [1, 100], got {self.top_k!r}")
+        if isinstance(self.segment_gap_s, bool) or not isinstance(self.segment_gap_s, (int, float)) \
+                or not 0 < self.segment_gap_s <= 10 * 365 * 86400:
+            raise ConfigError("segment_gap_s must be a number of seconds in (0, 10 years]")
+        if isinstance(self.burst_s, bool) or not isinstance(self.burst_s, (int, float)) \
+                or not 0 <= self.burst_s <= min(self.segment_gap_s, 3600):
+            raise ConfigError("burst_s must be a number of seconds in [0, min(segment_gap_s, 3600)]")
         if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ConfigError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {self.synchronous!r}")
         if not isinstance(self.busy_timeout_ms, int) or self.busy_timeout_ms < 0:

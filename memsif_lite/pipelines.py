@@ -69,7 +69,7 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
     worker = Worker(
         db, llm=llm,
         segments=SegmentBuilder(db, alpha=cfg.alpha_segment, tau_merge=cfg.tau_merge, tau_split=cfg.tau_split,
-                                levels=levels, judge=boundary),
+                                levels=levels, judge=boundary, gap_s=cfg.segment_gap_s, burst_s=cfg.burst_s),
         trajectories=TrajectoryBuilder(db, alpha=cfg.alpha_trajectory, top_k=cfg.top_k, levels=levels,
                                        judge=trajectory),
         core_facts=CoreFactWriter(db, extractor=extractor, chooser=chooser, embed_passages=embeddings.passages))

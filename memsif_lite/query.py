@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import prompts
+from . import episodes, prompts
 from .active_facts import ActiveFactStore, Evidence
 from .answers import offline_answer
 from .db import Database
@@ -165,6 +165,8 @@ class QueryPipeline:
                 nxt = [m + 1 for m in ranked[:REPLY_OF_TOP]] if flt is None else []  # a filter may exclude them
                 rows = self.db.messages.many(ranked[:60] + nxt)
                 ranked = with_replies(ranked[:60], rows, REPLY_OF_TOP if flt is None else 0)
+                ranked = episodes.with_neighbours(self.db, ranked, rows, episodes.NEIGHBOURS_OF_TOP if flt is None
+                                                  else 0)
                 got = offline_evidence(rows, ranked, query_words(question), 60, low_info_words=LOW_INFO_WORDS,
                                        max_tokens=MAX_EVIDENCE_TOKENS)
                 excerpts = True

@@ -4,8 +4,11 @@ Messages are processed in arrival order. The first message opens a segment. For 
 message u_t and the open segment S_i:  φ(u_t, S_i) ≥ τ_merge appends;  φ ≤ τ_split opens a new
 segment;  otherwise the boundary judge decides (the LLM when configured, else the offline
 rule: continue iff φ is above the band's midpoint and the time gap is under ``MAX_GAP``).
+Then the episode rules hold whatever φ or the judge said (memsif_lite.episodes, issue 26): a
+session change or a gap over ``segment_gap_s`` ends the segment; the rest of a same-speaker burst
+joins it. They are applied with the decision, where the message itself is known.
 When a segment closes the worker hands it to the trajectory step and then to CoreFact
-extraction (:mod:`memsif_lite.worker`).
+extraction (:mod:`memsif_lite.steps`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from . import prompts
-from .db import Database
+from .db import Database, Unit
+from .episodes import ATTACH, boundary_rule
 from .errors import StaleError
 from .llm import LLM
 from .matching import phi
@@ -84,18 +88,24 @@ class SegmentBuilder:
     """Places each new message into the open segment or a new one (closing the open one)."""
 
     def __init__(self, db: Database, *, alpha: float, tau_merge: float, tau_split: float,
-                 levels: tuple[float, float], judge: BoundaryJudge):
+                 levels: tuple[float, float], judge: BoundaryJudge, gap_s: float = float("inf"),
+                 burst_s: float = 0.0):
         self.db = db
         self.alpha, self.tau_merge, self.tau_split, self.levels = alpha, tau_merge, tau_split, levels
         self.judge = judge
+        self.gap_s, self.burst_s = gap_s, burst_s
 
-    def decide(self, vec: np.ndarray, ents: list[str], at: str, line: str) -> PlaceDecision:
-        """The double-threshold rule against the open segment; the judge only inside the band."""
+    def decide(self, vec: np.ndarray, ents: list[str], at: str, line: str,
+               message_id: int | None = None) -> PlaceDecision:
+        """The double-threshold rule against the open segment; the judge only inside the band, and
+        not when an episode rule decides for the message (``message_id``) anyway."""
         seg = self.db.structure.open_segment()
         if seg is None:
             return PlaceDecision(None, 0, "first", None)
         score = phi(vec, ents, seg.centroid, seg.entities.keys(), alpha=self.alpha, levels=self.levels)
-        if score >= self.tau_merge:
+        if message_id is not None and (rule := self._episode(message_id, seg)):
+            decision = rule
+        elif score >= self.tau_merge:
             decision = "merge"
         elif score <= self.tau_split:
             decision = "split"
@@ -113,7 +123,8 @@ class SegmentBuilder:
         if (seg.id if seg else None) != d.open_id or (seg.n if seg else 0) != d.open_n:
             raise StaleError("the open segment changed")
         closed = None
-        if d.decision in ("merge", "judge_merge"):
+        decision = self._episode(message_id, seg) or d.decision
+        if decision in ("merge", "judge_merge", ATTACH):
             assert seg is not None
             seg.add(vec, ents, at, at)
             structure.save("segment", seg)
@@ -123,8 +134,18 @@ class SegmentBuilder:
                 structure.close_segment(seg.id)
                 closed = seg.id
             seg_id = structure.create_segment(vec, ents, at)
-        structure.place_message(message_id, seg_id, ents, d.score, d.decision)
+        structure.place_message(message_id, seg_id, ents, d.score, decision)
         return closed
+
+    def _episode(self, message_id: int, seg: Unit | None) -> str | None:
+        """The episode rules (memsif_lite.episodes) for a message and the open segment: they hold
+        whatever φ or the judge decided. The open segment's last message is the one before."""
+        new = self.db.messages.get(message_id)
+        if seg is None or new is None:
+            return None
+        last = self.db.structure.last_member(seg.id)
+        prev = self.db.messages.get(last) if last is not None and last != message_id else None
+        return boundary_rule(prev, new, seg.end_at, gap_s=self.gap_s, burst_s=self.burst_s)
 
 def label(entity_counts: Mapping[str, int], n: int = 4) -> str:
     """A unit's label when it has no title: top entities by count, whole names before their parts."""

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, raw
-from memsif_lite import Config, Memory
+from memsif_lite import Config, Memory, episodes
 from memsif_lite.entities import extract_entities, jaccard
 from memsif_lite.int8 import dequantize, quantize
 from memsif_lite.matching import normalised_cosine, phi
@@ -105,6 +105,7 @@ def _check_stored_invariants(con, mem, cfg, embedder):
         assert (row[2], row[3]) == (len(t.message_ids), len(t.segment_ids))
     # φ recomputed from the open segment as it was when each message arrived
     seg_of = {m: s for s in segs for m in s.message_ids}
+    by_id = {m.id: m for m in msgs}
     rows = con.execute("SELECT message_id, phi, decision FROM message_units ORDER BY message_id").fetchall()
     for mid, score, decision in rows:
         if decision == "first":
@@ -117,8 +118,16 @@ def _check_stored_invariants(con, mem, cfg, embedder):
                      levels=(cfg.sem_low, cfg.sem_high))
         assert score == pytest.approx(expect, abs=tol([mid, *before]))
         continued = seg_of[mid] is prev
-        assert continued == (decision in ("merge", "judge_merge"))
-        if decision == "merge":
+        assert continued == (decision in ("merge", "judge_merge", episodes.ATTACH))
+        new, last = by_id[mid], by_id[mid - 1]
+        gap = (new.at - last.at).total_seconds()
+        ends = gap > cfg.segment_gap_s or new.session != last.session
+        assert (decision == episodes.END) == ends  # the episode rules hold whatever φ says
+        if decision == episodes.ATTACH:
+            assert new.speaker == last.speaker and gap <= cfg.burst_s
+        elif decision == episodes.END:
+            pass
+        elif decision == "merge":
             assert score >= cfg.tau_merge
         elif decision == "split":
             assert score <= cfg.tau_split
@@ -140,7 +149,8 @@ def test_double_threshold_rule_and_invariants(spec, cfg, answers):
             mem.add_many(items[len(items) // 2:])
             rows = _check_invariants(Path(d) / "m.db", mem, cfg, emb)
             in_band = [r[1] for r in rows if r[2].startswith("judge_")]
-            # the judge is consulted exactly for the scores inside the band, never outside it
+            # the judge is consulted exactly for the scores inside the band, never outside it, and
+            # never when an episode rule decides anyway (memsif_lite.episodes)
             assert judge.calls == pytest.approx(in_band)
 
 

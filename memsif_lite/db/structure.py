@@ -239,6 +239,11 @@ class Structure(Table):
                 traj[tid] = min(pos, traj.get(tid, pos))
         return {"segment": sorted(seg, key=seg.__getitem__), "trajectory": sorted(traj, key=traj.__getitem__)}
 
+    def last_member(self, segment_id: int) -> int | None:
+        """The latest message placed in a segment."""
+        return self.con.execute("SELECT max(message_id) FROM message_units WHERE segment_id=?",
+                                (segment_id,)).fetchone()[0]
+
     def members(self, level: str, uids: list[int]) -> dict[int, list[int]]:
         """unit id -> its message ids in order, for the given units (one query)."""
         key = "u.segment_id" if level == "segment" else "s.trajectory_id"

@@ -35,7 +35,7 @@ class Place(Step[Placing]):
         vec, ents = hint if hint is not None else (tools.db.messages.vector(msg.id), extract_entities(msg.text))
         if vec is None:
             return None
-        decision = tools.segments.decide(vec, ents, msg.at, passage(msg.speaker, msg.text))
+        decision = tools.segments.decide(vec, ents, msg.at, passage(msg.speaker, msg.text), msg.id)
         return Placing(msg.id, vec, ents, msg.at, decision)
 
     def apply(self, tools: Tools, row: QueuedStep, p: Placing) -> None:
