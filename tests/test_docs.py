@@ -150,10 +150,10 @@ def test_readme_python_example_run_twice_gives_the_same_memory(tmp_path, monkeyp
         outputs.append(capsys.readouterr().out)
     assert files == {"me.db"}
     first, second = states
-    assert len(first["messages"]) == 3 and first["facts"], "the example stores three messages and CoreFacts"
+    assert len(first["messages"]) == 4 and first["facts"], "the example stores four messages and CoreFacts"
     assert first == second, "running the README's Python example again changed the memory"
     # what its comments promise
-    assert "[True, True, True]" in outputs[0] and "[False, False, False]" in outputs[1]
+    assert "[True, True, True, True]" in outputs[0] and "[False, False, False, False]" in outputs[1]
     times = [m[3] for m in first["messages"]]
     assert times == sorted(times), "the example's messages are in time order (UTC)"
 
