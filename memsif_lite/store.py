@@ -257,6 +257,9 @@ def _inspect_sqlite(p: Path) -> FileInfo | None:
         raise NotAMemoryFileError(f"cannot open {p} as SQLite: {e}") from e
     try:
         _harden(con)
+        # another process opening or closing the file may hold its wal-index a moment (recovery, the
+        # last connection's checkpoint): wait as a writer would, not fail with "database is locked"
+        con.setbusytimeout(10_000)
         meta_rows: list[Any] | BaseException
         try:
             # one read transaction: another process may be migrating the file right now, and its
