@@ -169,3 +169,13 @@ def test_ruff_and_mypy_are_clean():
     assert ruff.returncode == 0, ruff.stdout + ruff.stderr
     mypy = subprocess.run([sys.executable, "-m", "mypy"], cwd=root, capture_output=True, text=True)
     assert mypy.returncode == 0, mypy.stdout + mypy.stderr
+
+
+def test_every_subpackage_is_packaged():
+    """pyproject lists packages explicitly: a new subpackage missing there installs without it, and
+    only a fresh install (CI) would notice (memsif_lite.steps once did)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((PKG.parent / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
+    assert found <= listed, f"not in pyproject's packages: {sorted(found - listed)}"
