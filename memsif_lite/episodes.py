@@ -39,10 +39,11 @@ def boundary_rule(prev: MessageRow | None, new: MessageRow, last_at: str, *, gap
                   burst_s: float) -> str | None:
     """:data:`END` or :data:`ATTACH` when an episode rule decides where ``new`` goes, else None (φ
     decides). ``prev`` is the open segment's last message when known, ``last_at`` its latest time."""
-    gap = (from_stored(new.at) - from_stored(last_at)).total_seconds()
-    if gap > gap_s or (prev is not None and prev.session != new.session):
+    gap = (from_stored(new.at) - from_stored(last_at)).total_seconds()  # < 0: an older message added late
+    if abs(gap) > gap_s or (prev is not None and None not in (prev.session, new.session)
+                            and prev.session != new.session):  # (a message without a session: unknown)
         return END
-    if prev is None:
+    if prev is None or gap < 0:
         return None
     return ATTACH if burst_s > 0 and prev.speaker == new.speaker and gap <= burst_s else None
 

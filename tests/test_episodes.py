@@ -57,6 +57,23 @@ def test_a_session_change_ends_a_segment(tmp_path):
     mem.close()
 
 
+def test_a_message_older_than_the_open_segment_is_judged_by_its_distance_and_never_attached(tmp_path):
+    """A cold review: an import newest first made one 'attach' segment of twelve days (the gap was
+    negative, so never over the limit and always within a burst)."""
+    mem = _mem(tmp_path)
+    ids = mem.add_many([{"speaker": "Ana", "text": SAME, "at": T0 - timedelta(days=d)} for d in range(12)])
+    assert _segments(mem) == [(i,) for i in ids]
+    assert _decisions(mem, tmp_path / "m.db") == ["first"] + [episodes.END] * 11
+
+
+def test_a_message_without_a_session_does_not_end_one(tmp_path):
+    mem = _mem(tmp_path)
+    ids = mem.add_many([{"speaker": "Ana", "text": SAME, "at": T0, "session": "1"},
+                        {"speaker": "Ana", "text": SAME, "at": T0 + timedelta(seconds=10)}])
+    assert _segments(mem) == [tuple(ids)]
+    mem.close()
+
+
 def test_old_messages_on_the_same_topic_start_a_new_episode(tmp_path):
     """The issue's case: a similar message months later does not join the open segment."""
     mem = _mem(tmp_path)
