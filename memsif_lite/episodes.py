@@ -40,8 +40,7 @@ def boundary_rule(prev: MessageRow | None, new: MessageRow, last_at: str, *, gap
     """:data:`END` or :data:`ATTACH` when an episode rule decides where ``new`` goes, else None (φ
     decides). ``prev`` is the open segment's last message when known, ``last_at`` its latest time."""
     gap = (from_stored(new.at) - from_stored(last_at)).total_seconds()  # < 0: an older message added late
-    if abs(gap) > gap_s or (prev is not None and None not in (prev.session, new.session)
-                            and prev.session != new.session):  # (a message without a session: unknown)
+    if abs(gap) > gap_s or (prev is not None and prev.session != new.session):
         return END
     if prev is None or gap < 0:
         return None

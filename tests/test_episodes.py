@@ -66,14 +66,6 @@ def test_a_message_older_than_the_open_segment_is_judged_by_its_distance_and_nev
     assert _decisions(mem, tmp_path / "m.db") == ["first"] + [episodes.END] * 11
 
 
-def test_a_message_without_a_session_does_not_end_one(tmp_path):
-    mem = _mem(tmp_path)
-    ids = mem.add_many([{"speaker": "Ana", "text": SAME, "at": T0, "session": "1"},
-                        {"speaker": "Ana", "text": SAME, "at": T0 + timedelta(seconds=10)}])
-    assert _segments(mem) == [tuple(ids)]
-    mem.close()
-
-
 def test_old_messages_on_the_same_topic_start_a_new_episode(tmp_path):
     """The issue's case: a similar message months later does not join the open segment."""
     mem = _mem(tmp_path)
