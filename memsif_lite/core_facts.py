@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -119,11 +119,12 @@ _CALENDAR = frozenset("january february march april may june july august septemb
                       "monday tuesday wednesday thursday friday saturday sunday".split())
 
 
-def grounded(stmt: str, sources: Sequence[str]) -> bool:
-    """Whether every name ``stmt`` uses (a capitalised word but its first and month or day names)
-    is a word of ``sources``, in any case: what an LLM may write when it changes a fact."""
+def grounded(stmts: str | Iterable[str], sources: Sequence[str]) -> bool:
+    """Whether every name the statements use (a capitalised word but a statement's first, and month
+    or day names) is a word of ``sources``, in any case: what an LLM may write when it changes a fact."""
     words = {w.lower() for text in sources for w in re.findall(r"[\w'’-]+", text)}
-    names = [m.group(0) for m in _NAME.finditer(stmt) if m.start() > 0]
+    names = [m.group(0) for stmt in ([stmts] if isinstance(stmts, str) else stmts)
+             for m in _NAME.finditer(stmt) if m.start() > 0]
     return all(n.lower() in words or n.lower().rstrip("'’s") in words or n.lower() in _CALENDAR
                for n in names)
 
@@ -226,7 +227,10 @@ class CoreFactWriter:
         vec = self.embed_passages([c.stmt])[0]
         related = self.related(c, vec)
         offline = OfflineOperationChooser()
-        if not self._said_by_subject(c):
+        cited = self.db.messages.many(list(c.message_ids))
+        said_by_subject = bool(c.message_ids) and all(m in cited and same_subject(cited[m].speaker, c.subject)
+                                                      for m in c.message_ids)
+        if not said_by_subject:
             op = offline.choose(c, related)
         else:
             op = self.chooser.choose(c, related)
@@ -234,22 +238,13 @@ class CoreFactWriter:
                 log.warning("fact operation %s on fact %s refused: not a current fact of %r", op.name, op.target,
                             c.subject)
                 op = offline.choose(c, related)
-            elif op.name != "add" and c.origin != "rule" and not self._grounded(c, op, related):
+            elif op.name != "add" and c.origin != "rule" and not grounded(
+                    {c.stmt, op.stmt or c.stmt}, [m.text for m in cited.values()] + [c.subject]
+                    + [r.stmt for r in related if r.id == op.target]):
                 log.warning("fact operation %s on fact %s refused: %r names what its messages do not say",
                             op.name, op.target, op.stmt)
                 op = offline.choose(c, related)
         return FactDecision(op, vec, tuple((r.id, r.stmt) for r in related))
-
-    def _grounded(self, c: Candidate, op: Operation, related: Sequence[FactRow]) -> bool:
-        got = self.db.messages.many(list(c.message_ids))
-        said = [m.text for m in got.values()] + [c.subject] + [r.stmt for r in related if r.id == op.target]
-        return grounded(c.stmt, said) and grounded(op.stmt or c.stmt, said)
-
-    def _said_by_subject(self, c: Candidate) -> bool:
-        """Whether every message the candidate cites was said by its subject."""
-        got = self.db.messages.many(list(c.message_ids))
-        return bool(c.message_ids) and all(m in got and same_subject(got[m].speaker, c.subject)
-                                           for m in c.message_ids)
 
     def apply(self, c: Candidate, d: FactDecision) -> int:
         """Write the decision (inside a write transaction); returns the fact id touched. Raises
