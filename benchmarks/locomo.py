@@ -152,6 +152,7 @@ def run(args) -> dict:
     per_turn: dict[str, dict[int, list[tuple[float, float]]]] = {s: {b: [] for b in budgets} for s in systems}
     structure: dict[str, dict] = {}
     n_questions = n_turns = 0
+    asked: list[str] = []
     embed_s_total = 0.0
     with tempfile.TemporaryDirectory() as d:
         for sid, sample in convs:
@@ -206,6 +207,7 @@ def run(args) -> dict:
                 cat = CATEGORIES[q["category"]]
                 is_nce = nce(gold, pos, len(turns))
                 question = str(q["question"])
+                asked.append(question)
                 for s in systems:
                     for b in budgets:
                         t0 = time.perf_counter()
@@ -237,7 +239,8 @@ def run(args) -> dict:
                  "embedding_model": real.model_id,
                  "embedding_turns_per_s": None if args.no_embed_timing else round(n_turns / embed_s_total, 1),
                  "peak_rss_mb": round(peak_rss_mb(), 1)}
-    out["questions"] = [[sid, c, n] for sid, c, n, _, _ in per_q[systems[0]][budgets[0]]] if systems else []
+    out["questions"] = ([[sid, c, n, text] for (sid, c, n, _, _), text in zip(per_q[systems[0]][budgets[0]], asked,
+                                                                             strict=True)] if systems else [])
     for s in systems:
         lat = totals[s]["lat"]
         out["systems"][s] = {
@@ -341,7 +344,7 @@ def rows_of(res: dict, system: str) -> dict[int, list[tuple]]:
     """A result file's per-question rows of one system (see :func:`summarise`)."""
     q = res["questions"]
     pq = res["systems"][system]["per_question"]
-    return {int(b): [(sid, c, n, r, cv) for (sid, c, n), (r, cv) in zip(q, pq[b], strict=True)] for b in pq}
+    return {int(b): [(sid, c, n, r, cv) for (sid, c, n, *_), (r, cv) in zip(q, pq[b], strict=True)] for b in pq}
 
 
 def apply_settings(settings: list[str]) -> dict:

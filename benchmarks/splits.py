@@ -33,6 +33,18 @@ def figures(res: dict, system: str, budget: int, keep) -> dict:
     return {f"{m}.{sub}": s[m][str(budget)][sub] for m, sub in SHOW}
 
 
+def restrict(res: dict, keep) -> dict:
+    """A result file with only the questions whose text ``keep`` accepts."""
+    if any(len(q) < 4 for q in res["questions"]):
+        raise SystemExit("a result file without question texts: rerun it with the current benchmarks/locomo.py")
+    mask = [bool(keep(q[3])) for q in res["questions"]]
+    out = dict(res, questions=[q for q, k in zip(res["questions"], mask, strict=True) if k], systems={})
+    for name, sysres in res["systems"].items():
+        pq = {b: [row for row, k in zip(rows, mask, strict=True) if k] for b, rows in sysres["per_question"].items()}
+        out["systems"][name] = dict(sysres, per_question=pq)
+    return out
+
+
 def score(f: dict) -> float:
     return ((f["recall.all"] or 0.0) + (f["coverage.all"] or 0.0)) / 2
 
@@ -44,10 +56,16 @@ def main() -> None:
     ap.add_argument("--system", default="memsif")
     ap.add_argument("--dev", type=int, default=3, help="conversations to choose on per split")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--questions", choices=("all", "change"), default="all",
+                    help="change: only questions about a state over time (memsif_lite.trajectories.is_change_question;"
+                         " result files from before 2026-12-02 lack the question texts this needs)")
     ap.add_argument("--effects", action="store_true",
                     help="also: each file against the first (the defaults), held-out means of the differences")
     args = ap.parse_args()
     runs = [(p, json.loads(Path(p).read_text())) for p in args.results]
+    if args.questions == "change":
+        from memsif_lite.trajectories import is_change_question
+        runs = [(p, restrict(r, is_change_question)) for p, r in runs]
     base = next((r for _, r in runs if any(s in FLAT for s in r["systems"])), runs[0][1])
     convs = sorted({q[0] for q in base["questions"]})
     flats = [s for s in base["systems"] if s in FLAT and s != "recency"]
