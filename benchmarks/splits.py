@@ -18,11 +18,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo import FLAT, rows_of, summarise  # noqa: E402
+
+#: a question about a state over time (issue 26): the subset ``--questions change`` reports
+CHANGE = re.compile(r"\b(still|now|any ?more|used? to|since when|no longer|currently|these days|nowadays|"
+                    r"chang(e|ed|es)|switch(ed)?|before|at first|originally|lately|recently|instead)\b", re.I)
 
 SHOW = (("recall", "all"), ("recall", "multi_hop"), ("recall", "temporal"), ("recall", "nce"),
         ("coverage", "all"), ("fully_covered", "all"), ("coverage", "multi_hop"), ("coverage", "temporal"))
@@ -57,15 +62,14 @@ def main() -> None:
     ap.add_argument("--dev", type=int, default=3, help="conversations to choose on per split")
     ap.add_argument("--out", default=None)
     ap.add_argument("--questions", choices=("all", "change"), default="all",
-                    help="change: only questions about a state over time (memsif_lite.trajectories.is_change_question;"
+                    help="change: only questions about a state over time (CHANGE: 'still', 'now', 'used to', ...;"
                          " result files from before 2026-12-02 lack the question texts this needs)")
     ap.add_argument("--effects", action="store_true",
                     help="also: each file against the first (the defaults), held-out means of the differences")
     args = ap.parse_args()
     runs = [(p, json.loads(Path(p).read_text())) for p in args.results]
     if args.questions == "change":
-        from memsif_lite.trajectories import is_change_question
-        runs = [(p, restrict(r, is_change_question)) for p, r in runs]
+        runs = [(p, restrict(r, lambda q: CHANGE.search(q) is not None)) for p, r in runs]
     base = next((r for _, r in runs if any(s in FLAT for s in r["systems"])), runs[0][1])
     convs = sorted({q[0] for q in base["questions"]})
     flats = [s for s in base["systems"] if s in FLAT and s != "recency"]

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import episodes, prompts, trajectories
+from . import episodes, prompts
 from .active_facts import ActiveFactStore, Evidence
 from .answers import offline_answer
 from .db import Database
@@ -158,7 +158,6 @@ class QueryPipeline:
         excerpts = False
         if not sufficient:
             ranked = [m for m, _ in self.retriever.rank_with_structure(question, flt=flt, limit=60)]
-            ranked = trajectories.along_thread(self.db, question, ranked, qvec=qvec)
             lap("retrieval")
             got: Iterable[EvidenceItem] | None = (self._llm_evidence(question, ranked) if self.llm is not None
                                                   else None)

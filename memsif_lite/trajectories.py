@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -25,63 +24,9 @@ from .timeutil import from_stored
 from .types import Segment, Trajectory
 
 __all__ = ["TrajectoryJudge", "OfflineTrajectoryJudge", "LLMTrajectoryJudge", "TrajectoryBuilder", "TrajectoryDecision",
-           "list_trajectories", "along_thread", "is_change_question", "THREAD_EPISODES"]
+           "list_trajectories"]
 
 log = logging.getLogger("memsif_lite")
-
-#: query: for a question about change, the best-ranked message of up to this many other episodes
-#: (segments) of the top message's Event Trajectory follow it in the evidence; 0: off
-THREAD_EPISODES = 3
-THREAD_PICK = "rank"
-_CHANGE = re.compile(r"\b(still|now|any ?more|used? to|since when|no longer|currently|these days|nowadays|"
-                     r"chang(e|ed|es)|switch(ed)?|before|at first|originally|lately|recently|instead)\b", re.I)
-
-
-def is_change_question(question: str) -> bool:
-    """Whether a question asks about a state over time ("still", "now", "used to", "since when", ...)."""
-    return _CHANGE.search(question) is not None
-
-
-def along_thread(db: Database, question: str, ranked: Sequence[int], episodes: int | None = None,
-                 qvec=None) -> list[int]:
-    """The ranking, and for a change question (:func:`is_change_question`) the best-ranked message
-    of each of up to ``episodes`` (default :data:`THREAD_EPISODES`) other segments of the top
-    message's Event Trajectory moved right after it: the earlier and later episodes of the same
-    thread that a question about change needs."""
-    ranked = list(ranked)
-    episodes = THREAD_EPISODES if episodes is None else episodes
-    if episodes <= 0 or len(ranked) < 2 or not is_change_question(question):
-        return ranked
-    placed = db.structure.placements(ranked)
-    head = placed.get(ranked[0])
-    if head is None or head[1] is None:
-        return ranked
-    seen, picks = {head[0]}, []
-    if THREAD_PICK == "meaning" and qvec is not None:
-        mem = db.structure.member_vectors("trajectory", head[1])
-        where = db.structure.placements([m for m, *_ in mem])
-        best: dict[int, tuple[float, int]] = {}
-        for mid, vec, _, _ in mem:
-            sid = where[mid][0]
-            sc = float(vec @ qvec)
-            if sid != head[0] and (sid not in best or sc > best[sid][0]):
-                best[sid] = (sc, mid)
-        order = sorted(best)
-        ends = list(dict.fromkeys([order[0], order[-1]])) if order else []
-        picks = [best[sid][1] for sid in ends][:episodes]
-        chosen = set(picks)
-        return [ranked[0], *picks, *(m for m in ranked[1:] if m not in chosen)]
-    for mid in ranked[1:]:
-        sid, tid = placed.get(mid, (None, None))
-        if tid == head[1] and sid not in seen:
-            seen.add(sid)
-            picks.append(mid)
-            if len(picks) == episodes:
-                break
-    if not picks:
-        return ranked
-    chosen = set(picks)
-    return [ranked[0], *picks, *(m for m in ranked[1:] if m not in chosen)]
 
 
 class TrajectoryJudge(Protocol):

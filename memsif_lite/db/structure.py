@@ -239,13 +239,6 @@ class Structure(Table):
                 traj[tid] = min(pos, traj.get(tid, pos))
         return {"segment": sorted(seg, key=seg.__getitem__), "trajectory": sorted(traj, key=traj.__getitem__)}
 
-    def placements(self, mids: list[int]) -> dict[int, tuple[int, int | None]]:
-        """message id -> (its segment, that segment's trajectory or None), for placed messages (one query)."""
-        return {mid: (sid, tid) for mid, sid, tid in self.con.execute(
-            "SELECT u.message_id, u.segment_id, s.trajectory_id FROM json_each(?) j "
-            "JOIN message_units u ON u.message_id=j.value JOIN segments s ON s.id=u.segment_id",
-            (json.dumps(mids),))}
-
     def last_member(self, segment_id: int) -> int | None:
         """The latest message placed in a segment."""
         return self.con.execute("SELECT max(message_id) FROM message_units WHERE segment_id=?",
