@@ -123,16 +123,18 @@ def _notes(stmt: str, said_at: datetime) -> tuple[str, ...]:
 
 
 def offline_evidence(rows: dict[int, MessageRow], ranked: Sequence[int], qwords: set[str], limit: int, *,
-                     low_info_words: int, max_tokens: int) -> Iterator[EvidenceItem]:
+                     low_info_words: int, max_tokens: int, top_tokens: int) -> Iterator[EvidenceItem]:
     """Evidence items in rank order, made as the assembly asks for them (it stops when the
-    budget is full). What depends on a message alone is computed once per process for short
-    messages (the same messages recur across questions and budgets)."""
+    budget is full); each message cut to its most relevant sentences (:func:`excerpt`) at
+    ``max_tokens``, the best-ranked one at ``top_tokens``. What depends on a message alone is
+    computed once per process for short messages (the same messages recur across questions and
+    budgets)."""
     for i, mid in enumerate(ranked[:limit]):
         r = rows[mid]
         if i > 0 and _is_low_information(r.text, low_info_words):
             continue
         at = from_stored(r.at)
-        stmt = excerpt(r.text, qwords, tokens=r.tokens, max_tokens=max_tokens)
+        stmt = excerpt(r.text, qwords, tokens=r.tokens, max_tokens=top_tokens if i == 0 else max_tokens)
         # relative dates resolve on the speaker's local date
         yield EvidenceItem((mid,), r.speaker, stmt, at, r.session, (r.source_id,) if r.source_id else (),
                            _notes(stmt, local_time(at, r.utc_offset_min)), r.utc_offset_min,

@@ -48,6 +48,9 @@ MAX_FACTS = 6
 #: offline, only the best-ranked evidence items feed the ActiveFact track (the rest is context)
 OFFLINE_ACCUMULATE = 2
 MAX_EVIDENCE_TOKENS = 60
+#: offline, the best-ranked message is cut at this many tokens instead (its other sentences often
+#: hold the answer: LoCoMo development half, held-out coverage +0.7 points, recall unchanged)
+TOP_EVIDENCE_TOKENS = 150
 #: offline evidence below the top hit needs this many content words (lower-case, not stop words;
 #: a number always counts as enough): greetings, thanks and acknowledgements are left out; 0: off
 LOW_INFO_WORDS = 1
@@ -168,7 +171,7 @@ class QueryPipeline:
                 ranked = episodes.with_neighbours(self.db, ranked, rows, episodes.NEIGHBOURS_OF_TOP if flt is None
                                                   else 0)
                 got = offline_evidence(rows, ranked, query_words(question), 60, low_info_words=LOW_INFO_WORDS,
-                                       max_tokens=MAX_EVIDENCE_TOKENS)
+                                       max_tokens=MAX_EVIDENCE_TOKENS, top_tokens=TOP_EVIDENCE_TOKENS)
                 excerpts = True
             evidence = got
             lap("evidence")

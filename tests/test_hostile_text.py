@@ -282,7 +282,7 @@ def test_context_over_a_one_megabyte_message_keeps_its_budget(tmp_path):
         ctx = mem.context("What about the harbour and the garden?", budget_tokens=300)
     assert ctx.tokens == count_tokens(ctx.text) <= 300
     long_items = [e for e in ctx.evidence if e.speaker == "Mallory"]
-    assert long_items and count_tokens(long_items[0].stmt) <= query.MAX_EVIDENCE_TOKENS + 1
+    assert long_items and count_tokens(long_items[0].stmt) <= query.TOP_EVIDENCE_TOKENS + 1
 
 
 def test_an_llm_that_cites_the_subjects_own_line_for_anothers_words_cannot_rewrite_her_fact():
