@@ -370,8 +370,8 @@ class Candidate:
     change: bool = False
     #: when the statement says it began, if it says so ("last Saturday"): the fact's ``valid_from``
     since: str | None = None
-    #: phrases naming the current facts of the subject's (of this type) that the statement ends
-    #: besides its own slot's: the diets "I had a steak again" ends, what "instead of" replaces
+    #: phrases naming the subject's current facts (of this type) that the statement ends besides
+    #: its own slot's: the diets "I had a steak again" breaks, what "instead of" replaces
     ends: tuple[str, ...] = ()
 
     @property
