@@ -14,17 +14,23 @@ subject and type (and the most similar ones) are retrieved and one operation is 
 Offline the operation is: Merge for an exact duplicate (same subject, type, normalised
 statement); Supersede when a slot (one kind of value: where someone lives, works *at*, works
 *as*, their name, age, diet, a favourite, one habit) gets a different value from a later message
-that states a change ("I moved to", "now", a new job, a promotion, "I stopped …") — every earlier
-value of that slot then ends — or when the slot holds one value only (name, age, diet, a
-favourite); else Add ("I live in De Pijp" after "I live in Amsterdam" refines, it does not
-replace). Every change is written to ``fact_history``.
+that states a change ("I moved to", "now", a new job, a promotion, "I stopped …", "again") —
+every earlier value of that slot then ends —, when the slot holds one value only (name, age,
+diet, a favourite) or when its value said it no longer held ("Sam quit their job"); else Add
+("I live in De Pijp" after "I live in Amsterdam" refines, it does not replace). A stated change
+also ends the current facts of its subject it contradicts beyond its slot ("I stopped climbing"
+ends "Sam loves climbing", "I had a steak again" ends "Sam is vegetarian":
+:mod:`memsif_lite.fact_changes`), on the subject's own word only. A fact holds from the day its
+message names ("last Saturday"), else from when it was said; what it replaces ends then. Every
+change is written to ``fact_history``.
 
 Whose facts a candidate may touch (message text comes from anyone, and an LLM may obey text
 written in it): the operation is chosen among current facts of the candidate's own subject only
 (subjects compared by :func:`same_subject`), and a chooser's answer naming any other fact falls
 back to the offline rule. A candidate may Update, Merge into or Supersede an existing fact only
-when every message it cites was said by its subject; a candidate about someone else ("Maya moved
-to Porto", said by Mallory, is a legitimate fact about Maya) gets the offline rule's operation
+when every message it cites was said by its subject (and only then ends what it contradicts); a
+candidate about someone else ("Maya moved to Porto", said by Mallory, is a legitimate fact about
+Maya) gets the offline rule's operation
 — Merge into an exact duplicate, else Add — so what one speaker says never rewrites or ends
 another's fact, whatever the LLM answers. And as an LLM that read another speaker's line may still
 cite the subject's own line for a statement it took from elsewhere, an LLM's change of a fact
@@ -47,6 +53,7 @@ from .config import FactType
 from .db import Database, FactRow, MessageRow, from_messages
 from .entities import normalise
 from .errors import StaleError
+from .fact_changes import ended_by, is_negation
 from .fact_extraction import Candidate, extract_offline
 from .fulltext import compose
 from .llm import LLM, Prompt
@@ -140,10 +147,11 @@ ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
 class OfflineOperationChooser:
     """Merge an exact duplicate; Supersede an earlier value of the same slot (same kind: "lives
-    in" vs "works at" vs "works as" vs one habit) when the new statement reports a change, or
-    the slot holds one value only (name, age, diet, a favourite); else Add: a plain "I live in
-    De Pijp" after "I live in Amsterdam" refines, it does not replace, and a value never
-    supersedes one from the same moment."""
+    in" vs "works at" vs "works as" vs one habit) when the new statement reports a change, the
+    slot holds one value only (name, age, diet, a favourite) or the earlier value says it no
+    longer holds ("Sam quit their job"); else Add: a plain "I live in De Pijp" after "I live in
+    Amsterdam" refines, it does not replace, and a value never supersedes one from the same
+    moment. (What a change ends beyond its slot: :mod:`memsif_lite.fact_changes`.)"""
 
     def choose(self, c: Candidate, related: Sequence[FactRow]) -> Operation:
         key = normalise(c.stmt)
@@ -153,7 +161,8 @@ class OfflineOperationChooser:
         if c.slot:
             for r in related:
                 if (same_subject(r.subject, c.subject) and r.slot == c.slot and r.valid_from < c.at
-                        and (c.change or c.slot in ALWAYS_SINGLE or c.slot.startswith("favourite "))):
+                        and (c.change or c.slot in ALWAYS_SINGLE or c.slot.startswith("favourite ")
+                             or is_negation(r.stmt, r.subject))):
                     return Operation("supersede", r.id, c.stmt)
         return Operation("add", None, c.stmt)
 
@@ -177,11 +186,14 @@ class LLMOperationChooser:
 @dataclass(frozen=True)
 class FactDecision:
     """The operation chosen for one candidate (with no transaction open: the chooser may be an
-    LLM), the candidate's vector, and the related facts (id, stmt) it was chosen against."""
+    LLM), the candidate's vector, the related facts (id, stmt) it was chosen against, and the
+    further facts (id, stmt) of its subject that the change it states ends (an Add or Supersede
+    only: :mod:`memsif_lite.fact_changes`)."""
 
     op: Operation
     vector: np.ndarray
     related: tuple[tuple[int, str], ...]
+    ends: tuple[tuple[int, str], ...] = ()
 
 
 class CoreFactWriter:
@@ -244,13 +256,18 @@ class CoreFactWriter:
                 log.warning("fact operation %s on fact %s refused: %r names what its messages do not say",
                             op.name, op.target, op.stmt)
                 op = offline.choose(c, related)
-        return FactDecision(op, vec, tuple((r.id, r.stmt) for r in related))
+        ends: list[FactRow] = []
+        if said_by_subject and op.name in ("add", "supersede"):  # only the subject's own word ends its facts
+            mine = [r for r in self.db.facts.current_of(c.subject) if same_subject(r.subject, c.subject)]
+            ends = [r for r in ended_by(c.subject, c.type, c.stmt, c.change, c.ends, c.at, mine)
+                    if r.id != op.target]
+        return FactDecision(op, vec, tuple((r.id, r.stmt) for r in related), tuple((r.id, r.stmt) for r in ends))
 
     def apply(self, c: Candidate, d: FactDecision) -> int:
         """Write the decision (inside a write transaction); returns the fact id touched. Raises
         StaleError if a related fact changed since the decision."""
         facts = self.db.facts
-        for fid, stmt in d.related:
+        for fid, stmt in d.related + d.ends:
             row = facts.current(fid)
             if row is None or row.stmt != stmt:
                 raise StaleError("a related fact changed")
@@ -264,15 +281,22 @@ class CoreFactWriter:
             facts.log(op.target, op.name, facts.stmt(op.target), from_messages(c.message_ids), now)
             return op.target
         vec = d.vector if op.stmt == c.stmt else self.embed_passages([op.stmt])[0]
-        fid = facts.insert(subject=c.subject, ftype=c.type, stmt=op.stmt, slot=c.slot, valid_from=c.at, now=now,
-                           origin=c.origin, vector=vec, message_ids=c.message_ids)
+        fid = facts.insert(subject=c.subject, ftype=c.type, stmt=op.stmt, slot=c.slot, valid_from=c.valid_from,
+                           now=now, origin=c.origin, vector=vec, message_ids=c.message_ids)
+        targets = [eid for eid, _ in d.ends]  # what the change contradicts ...
         if op.name == "supersede" and op.target is not None:
-            targets = [op.target] + [r.id for r in facts.current_like(c.subject, c.type) if c.change and c.slot
-                                     and r.slot == c.slot and r.id not in (op.target, fid) and r.valid_from < c.at]
-            for target in targets:  # a stated change ends every earlier value of the slot
-                facts.supersede(target, by=fid, valid_to=c.at, now=now)
-                facts.log(target, "superseded", facts.stmt(target), f"superseded by fact {fid}", now)
-                facts.log(fid, "supersede", op.stmt, f"supersedes fact {target}", now)
+            # ... and, a stated change, every earlier value of its slot
+            targets += [op.target] + [r.id for r in facts.current_like(c.subject, c.type) if c.change and c.slot
+                                      and r.slot == c.slot and r.id not in (op.target, fid) and r.valid_from < c.at]
         else:
             facts.log(fid, "add", op.stmt, None, now)
+        for target in dict.fromkeys(targets):
+            row = facts.current(target)
+            if row is None:
+                continue
+            # it ends when the new fact begins, or (said to have begun before it) when it was said
+            facts.supersede(target, by=fid, valid_to=c.valid_from if c.valid_from > row.valid_from else c.at,
+                            now=now)
+            facts.log(target, "superseded", facts.stmt(target), f"superseded by fact {fid}", now)
+            facts.log(fid, "supersede", op.stmt, f"supersedes fact {target}", now)
         return fid

@@ -6,17 +6,29 @@ first: a statement whose object would be cut mid-phrase (too long, ending in "li
 trailing "three years") is dropped, never stored truncated; first-person words inside the object
 become third-person ("my parents" → "their parents"); the subject is the speaker:
 
-* Identity: "I live in / I moved to / I'm from / I work as / I work at|for / I got a new job at /
-  I got promoted to / my name is / I'm N years old / I'm vegetarian|vegan / I went vegan / I'm
-  allergic to X / I have a X allergy / I don't|can't eat X / I have diabetes|asthma… / I'm
-  lactose intolerant|diabetic|pregnant"
+* Identity: "I live in / I|we moved (back) to / I'm from / I work as / I work at|for / I got a new
+  job at / I accepted the offer from / I quit|left my job (at) / I got promoted to / my name is /
+  I'm N years old / I'm vegetarian|vegan / I went|switched to vegan / I'm allergic to X / I have a
+  X allergy / I don't|can't eat X / I have diabetes|asthma… / I'm lactose intolerant|diabetic|
+  pregnant"
 * Relation: "my sister|brother|mom|dad|wife|husband|partner|son|daughter|friend|dog|cat… (named) X"
 * Preference: "I love|like|enjoy|adore|hate|prefer X", "my favourite K is X"
 * Event: "I adopted|started|finished|joined|signed|visited|graduated|bought|won|ran|completed|
   quit|launched|published X", "I was diagnosed with X", family events ("my sister got married",
   "we had a baby", "my grandma passed away"), habits ("I started|stopped|quit|gave up X-ing",
-  "I swim now"), plans with a date ("I'm going to X on Sunday / next week / in October"), dated
-  with the message's date.
+  "I swim now"), plans with a date ("I'm going to X on Sunday / next week / in October").
+* Changes said in passing (:mod:`memsif_lite.fact_changes` says what each ends): "I'm no longer /
+  not … anymore / the X thing is over" (a diet, a habit, "on the team", "with Tom"), "I no
+  longer live|work in|at X", "I no longer X / don't X anymore" (a habit), "I'm X-ing again", "I
+  had a steak again" (the diets it breaks, :data:`_BREAKS`), "I'm doing X instead (of Y)", "I
+  switched (from Y) to X". They carry ``change``, and what else they end in ``ends``.
+
+An event or a change is dated by the past time its clause names, resolved against the speaker's
+local date ("I signed the lease last Saturday" said on Sat 16 March 2024 → 9 March; "yesterday",
+"last night", "two weeks ago", "last month", "in July": :func:`memsif_lite.timeutil.stated_times`):
+``Candidate.since``, the fact's ``valid_from``; else the message's date. A plan keeps the date it
+was made, and a lasting state the date it was said (in "a trip last year for my daughter Sara's
+birthday" the year is not the daughter's).
 """
 
 from __future__ import annotations
@@ -24,13 +36,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from datetime import datetime
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .config import FactType
 from .db import MessageRow
 from .entities import normalise
+from .fact_changes import LIGHT, stem
+from .timeutil import from_stored, local_time, stated_times, to_stored
 
-__all__ = ["Candidate", "extract_offline"]
+__all__ = ["Candidate", "extract_offline", "stated_starts"]
 
 _STOP_AT = re.compile(r"\s+(?:and|but|because|so|which|who|since|when|while|although|though|if)\s+|[,;:()\"]|\s+-\s+"
                       r"|\s+(?:last|next|this|yesterday|today|tomorrow|ago|recently|now|soon|anymore|again)\b")
@@ -66,16 +81,51 @@ _DIETS = "vegetarian|vegan|pescatarian|pescetarian|keto"
 _CONDITIONS = (r"diabetes|type [12] diabetes|asthma|celiac disease|coeliac disease|epilepsy|arthritis|"
                r"high blood pressure|migraines|a heart condition|a bad back|a bad knee|ADHD|IBS")
 
+#: foods that end a diet when eaten "again" (the vocabulary of :data:`_BREAKS`)
+_FOODS = {"meat": "meat|steaks?|burgers?|bacon|ham|beef|pork|chicken|lamb|sausages?|salami|turkey|ribs",
+          "fish": "fish|salmon|tuna|sushi|shrimps?|prawns?|seafood",
+          "dairy": "cheese|milk|butter|yogh?urt|ice cream|dairy",
+          "eggs": "eggs?|omelett?es?"}
+#: the diets each kind of food ends
+_BREAKS = {"meat": ("vegetarian", "vegan", "pescatarian", "pescetarian"), "fish": ("vegetarian", "vegan"),
+           "dairy": ("vegan",), "eggs": ("vegan",)}
+_FOOD = "|".join(_FOODS.values())
+#: -ing words that name no habit ("I'm feeling sick again", "I'm trying again")
+_NOT_HABITS = ("feeling|thinking|trying|getting|going|saying|looking|hoping|wondering|starting|being|having|talking|"
+               "asking|doing|telling|seeing|watching|waiting|planning|using|making|coming")
+#: what a state change's object may start with when it is not a habit, a diet or a place
+_STATE_START = r"(?:a|an|the|on|in|at|with|part of|a member of)\b"
+#: verbs that "I no longer …" / "I don't … anymore" does not make a habit of
+_NOT_HABIT_VERBS = ("live|work|eat|drink|know|think|want|have|need|like|love|care|mind|remember|see|get|feel|mean|"
+                    "believe|understand|trust|talk|speak|hear|recall|recognize|recognise|exist|use")
+
 #: what a formatter's part returns when the statement would be incomplete (it is then dropped)
 _CUT = "\x00"
 Fmt = Callable[[str, re.Match, str], str]
-# (type, slot or None, regex, formatter(subject, match, date) -> stmt, the statement reports a change)
-_RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
+Ends = Callable[[re.Match], tuple[str, ...]]
+
+
+class _Rule(NamedTuple):
+    type: str
+    slot: str | None              # "habit": the activity's; "favourite": the kind's
+    rx: re.Pattern
+    fmt: Fmt                      # (subject, match, date) -> statement
+    change: bool = False          # the statement reports a change of its slot
+    ends: Ends | None = None      # what else it ends: phrases naming the state facts it replaces
+
+
+_PLAN = re.compile(r"\bI(?:'m| am) (?:going|planning|hoping|scheduled|supposed) to ([^.!?]+)|"
+                   r"\bI(?:'ll| will| plan to) ([^.!?]+)")
+#: where a clause ends: a statement takes its time from its own clause
+_CLAUSE = re.compile(r"[,;:]|\s(?:and|but|because|so|while|though|although|then)\s|\s-\s")
+
+#: (type, slot, regex, formatter, change[, ends]): the fields of :class:`_Rule`
+_TABLE: list[tuple[Any, ...]] = [
     ("Identity", "lives in",
      re.compile(r"\bI(?:'m| am)? ?(?:now |currently |still )?(?:live|living) in ((?:(?:St|Mt|Ft)\. )?[A-Z][^.!?]*)"),
      lambda s, m, d: f"{s} lives in {_place(m.group(1))}", False),
     ("Identity", "lives in",
-     re.compile(r"\bI(?:'ve| have)? ?(?:just |recently |finally )?(?:moved|relocated) to "
+     re.compile(r"\b(?:I|[Ww]e)(?:'ve| have)? ?(?:just |recently |finally )?(?:moved|relocated)(?: back)? to "
                 r"((?:(?:St|Mt|Ft)\. )?[A-Z][^.!?]*)"),
      lambda s, m, d: f"{s} lives in {_place(m.group(1))}", True),
     ("Identity", "is from", re.compile(r"\bI(?:'m| am) (?:originally )?from ([A-Z][^.!?]*)"),
@@ -88,22 +138,49 @@ _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
                                         r"((?:(?:St|Dr|Mt|Ft)\. )?[^.!?]*)", re.I),
      lambda s, m, d: f"{s} works at {_obj(m.group(1))}", False),
     ("Identity", "works at",
-     re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:got|started|landed|accepted|began) (?:a |my )?"
+     re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:got|started|landed|accepted|began) (?:a |my |the )?"
                 r"(?:new )?(?:job|position|role)(?: as an? [a-z ]+?)? (?:at|with|for) ([^.!?]*)"),
      lambda s, m, d: f"{s} works at {_obj(m.group(1))}", True),
     ("Identity", "works at",
      re.compile(r"\bI(?:'ve| have)? (?:just |recently )?(?:started|began) working (?:at|for) "
                 r"((?:(?:St|Dr|Mt|Ft)\. )?[^.!?]*)"),
      lambda s, m, d: f"{s} works at {_obj(m.group(1))}", True),
+    ("Identity", "works at",
+     re.compile(r"\bI(?:'ve| have)? (?:just |finally )?accepted (?:the |an |a |their )?(?:new )?(?:job )?offer "
+                r"(?:from|at|with) ([A-Z][^.!?]*)"),
+     lambda s, m, d: f"{s} works at {_place(m.group(1))}", True),
+    ("Identity", "works at",
+     re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:quit|left) (?:my|the) (?:job|position|role)"
+                r"(?: (?:at|with) ([A-Z][^.!?]*))?"),
+     lambda s, m, d: f"{s} quit their job{' at ' + _place(m.group(1)) if m.group(1) else ''} (around {d})", True),
+    ("Identity", None,
+     re.compile(r"\bI no longer (live|work)s? ((?:in|at|for|as) [^.!?]+)|"
+                r"\bI (?:don't|do not) (live|work) ((?:in|at|for|as) [^.!?]+?) any ?more\b"),
+     lambda s, m, d: f"{s} no longer {_verb3(m.group(1) or m.group(3))} {_obj(m.group(2) or m.group(4), 5)} "
+                     f"(as of {d})", True),
     ("Identity", "name", re.compile(r"\b[Mm]y name is ([A-Z][a-z]+(?: [A-Z][a-z]+)?)"),
      lambda s, m, d: f"{s}'s name is {m.group(1)}", False),
     ("Identity", "age", re.compile(r"\bI(?:'m| am) (\d{1,3}) years old", re.I),
      lambda s, m, d: f"{s} is {m.group(1)} years old (as of {d})", False),
     ("Identity", "diet", re.compile(rf"\bI(?:'m| am) (?:now |still |a |fully |strictly )*({_DIETS})\b", re.I),
      lambda s, m, d: f"{s} is {m.group(1).lower()}", False),
-    ("Identity", "diet", re.compile(rf"\bI (?:went|became|have become|'ve become|turned) (?:a |fully )?({_DIETS})\b",
-                                    re.I),
+    ("Identity", "diet", re.compile(rf"\bI (?:went|became|have become|'ve become|turned|(?:have |'ve )?switched to) "
+                                    rf"(?:a |being |fully )?({_DIETS})\b", re.I),
      lambda s, m, d: f"{s} is {m.group(1).lower()}", True),
+    ("Identity", "diet",
+     re.compile(rf"\bI(?:'m| am) no longer (?:a |an )?({_DIETS})\b|\bI(?:'m| am) not (?:a |an )?({_DIETS}) any ?more\b|"
+                rf"\bI(?:'ve| have)? (?:stopped|quit|gave up|given up) being (?:a |an )?({_DIETS})\b|"
+                rf"\b[Tt]he ({_DIETS}) (?:thing|phase|diet|experiment) is (?:over|done|finished)\b", re.I),
+     lambda s, m, d: f"{s} is no longer {_first(m).lower()} (as of {d})", True),
+    ("Identity", None,
+     re.compile(rf"\bI(?:'ve| have)? ?(?:had|ate|eat|'m eating|am eating|been eating|ordered|cooked) "
+                rf"((?:(?:a|an|some|the|big|huge|juicy|little|bit of|of) )*({_FOOD})) (again|now|these days)\b", re.I),
+     lambda s, m, d: f"{s} eats {_food_kind(m.group(2))} {'again' if m.group(3).lower() == 'again' else 'now'} "
+                     f"(as of {d})", True, lambda m: _BREAKS[_food_kind(m.group(2))]),
+    ("Identity", None,
+     re.compile(rf"\bI(?:'m| am) no longer (?!(?:a |an )?(?:{_DIETS})\b)({_STATE_START}[^.!?]+)|"
+                rf"\bI(?:'m| am) not (?!(?:a |an )?(?:{_DIETS})\b)({_STATE_START}[^.!?]*?) any ?more\b"),
+     lambda s, m, d: f"{s} is no longer {_obj(_first(m), 5)} (as of {d})", True),
     ("Identity", None, re.compile(r"\bI(?:'m| am) (gluten[- ]free|dairy[- ]free|lactose[- ]intolerant|"
                                   r"diabetic|asthmatic|epileptic|pregnant)\b", re.I),
      lambda s, m, d: f"{s} is {m.group(1).lower()}", False),
@@ -128,23 +205,49 @@ _RULES: list[tuple[str, str | None, re.Pattern, Fmt, bool]] = [
      lambda s, m, d: f"{s} {_verb3(m.group(1))} {_obj(m.group(2))}", False),
     ("Preference", "favourite", re.compile(r"\bmy favou?rite ([a-z]+(?: [a-z]+)?) is ([^.!?]+)", re.I),
      lambda s, m, d: f"{s}'s favourite {m.group(1).lower()} is {_obj(m.group(2))}", False),
-    ("Event", "habit", re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(stopped|quit|gave up|no longer) "
-                                  r"([a-z]+ing\b[^.!?]*)"),
+    ("Event", "habit", re.compile(r"\bI(?:'ve| have|'m| am)? (?:just |recently |finally )?"
+                                  r"(stopped|quit|gave up|given up|no longer) ([a-z]+ing\b[^.!?]*)"),
      lambda s, m, d: f"{s} {_stopped(m.group(1))} {_obj(m.group(2), 4)} (around {d})", True),
+    ("Event", "habit", re.compile(rf"\bI(?:'m| am) not ((?!(?:{_NOT_HABITS})\b)[a-z]+ing\b[^.!?]*?) any ?more\b"),
+     lambda s, m, d: f"{s} stopped {_obj(m.group(1), 4)} (around {d})", True),
+    ("Event", "habit",
+     re.compile(rf"\bI no longer ((?!(?:{_NOT_HABIT_VERBS})\b)[a-z]{{3,}}\b[^.!?]*)|"
+                rf"\bI (?:don't|do not) ((?!(?:{_NOT_HABIT_VERBS})\b)[a-z]{{3,}}\b(?: [a-z]+){{0,2}}?) any ?more\b"),
+     lambda s, m, d: f"{s} no longer {_verb_phrase(_obj(_first(m), 4))} (as of {d})", True),
     ("Event", "habit", re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?(started|took up|began) "
                                   r"([a-z]+ing\b[^.!?]*)"),
-     lambda s, m, d: f"{s} started {_obj(m.group(2), 4)} (around {d})", False),
+     lambda s, m, d: f"{s} started {_obj(m.group(2), 4)} (around {d})", True),
+    ("Event", "habit",
+     re.compile(rf"\bI(?:'m| am|'ve been| have been) ((?!(?:{_NOT_HABITS})\b)[a-z]+ing\b(?: (?!again\b)[a-z]+){{0,2}}?)"
+                r" again\b"),
+     lambda s, m, d: f"{s} is {_obj(m.group(1), 4)} again (as of {d})", True),
+    ("Event", "habit",
+     re.compile(rf"\bI(?:'m| am) (?:now )?((?:(?:doing|playing|going|taking) [a-z]+|(?!(?:{_NOT_HABITS})\b)[a-z]+ing)\b"
+                r"(?: [a-z]+){0,2}?) (?:now )?instead(?: of ([a-z]+ing\b[^.!?]*))?"),
+     lambda s, m, d: f"{s} is {_obj(m.group(1), 4)} now (as of {d})", True,
+     lambda m: (m.group(2),) if m.group(2) else ()),
+    ("Event", "habit",
+     re.compile(r"\bI(?:'ve| have)? (?:just |recently |finally )?switched (?:from ([a-z]+ing\b[^.!?]*?) )?"
+                r"to ([a-z]+ing\b[^.!?]*)"),
+     lambda s, m, d: f"{s} switched to {_obj(m.group(2), 4)} (around {d})", True,
+     lambda m: (m.group(1),) if m.group(1) else ()),
+    ("Event", None,
+     re.compile(rf"\bI(?:'ve| have)? (?:just |recently |finally )?switched (?:from ((?![a-z]+ing\b)[^.!?]+?) )?"
+                rf"to (?!(?:a |an |being )?(?:{_DIETS})\b|[a-z]+ing\b)([^.!?]+)"),
+     lambda s, m, d: f"{s} switched {'from ' + _obj(m.group(1), 4) + ' ' if m.group(1) else ''}"
+                     f"to {_obj(m.group(2), 5)} (around {d})", True,
+     lambda m: (m.group(1),) if m.group(1) else ()),
     ("Event", "habit", re.compile(r"(?:^|[,;]\s*|\band )(?:now )?I ((?!am\b|know\b|think\b|see\b|guess\b|mean\b|hope\b)"
-                                  r"[a-z]{3,}) now\b"),
+                                  r"[a-z]{3,}) (?:now|instead)\b"),
      lambda s, m, d: f"{s} {_verb3(m.group(1))} now (as of {d})", True),
     ("Event", None,
      re.compile(r"\bI (?:just |recently |finally |have |'ve )?(adopted|finished|joined|signed|visited|graduated from|"
                 r"bought|won|ran|completed|launched|published|(?:started|quit)(?! [a-z]+ing\b)) ([^.!?]+)"),
      lambda s, m, d: f"{s} {m.group(1)} {_obj(m.group(2))} (around {d})", False),
-    ("Event", None, re.compile(r"\bI(?:'m| am) (?:going|planning|hoping|scheduled|supposed) to ([^.!?]+)|"
-                               r"\bI(?:'ll| will| plan to) ([^.!?]+)"),
+    ("Event", None, _PLAN,
      lambda s, m, d: f"{s} plans to {_plan(m.group(1) or m.group(2))}", False),
 ]
+_RULES = [_Rule(*r) for r in _TABLE]
 
 
 def _obj(text: str, max_words: int = 8) -> str:
@@ -195,7 +298,25 @@ def _family(event: str) -> str:
 
 
 def _stopped(verb: str) -> str:
-    return "stopped" if verb == "no longer" else verb
+    return {"no longer": "stopped", "given up": "gave up"}.get(verb, verb)
+
+
+def _first(m: re.Match) -> str:
+    """The first group that matched (rules with alternatives)."""
+    return next((g for g in m.groups() if g), "")
+
+
+def _food_kind(food: str) -> str:
+    f = food.lower()
+    return next(kind for kind, words in _FOODS.items() if re.fullmatch(words, f))
+
+
+def _verb_phrase(text: str) -> str:
+    """ "play tennis" as a third person says it ("plays tennis")."""
+    if _CUT in text:
+        return _CUT
+    verb, _, rest = text.partition(" ")
+    return f"{_verb3(verb)} {rest}".strip()
 
 
 def _sentences(text: str) -> list[str]:
@@ -214,16 +335,21 @@ def _verb3(v: str) -> str:
     return v + ("es" if v.endswith(("s", "sh", "ch", "x")) else "s")
 
 
+_HABIT_LEAD = re.compile(r"^(?:(?:is|stopped|started|quit|gave up|took up|began|no longer|now|"
+                         r"switched(?: from .+?)? to)\s+)+")
+
+
 def _activity(text: str) -> str:
-    """The activity a habit statement is about, normalised ("running"/"runs"/"run" → "run")."""
-    w = re.sub(r"^(?:stopped|started|quit|gave up|took up|began)\s+", "", text.lower()).split()
-    word = w[0] if w else ""
-    for suf in ("ing", "es", "s"):
-        if word.endswith(suf) and len(word) - len(suf) >= 3:
-            word = word[: -len(suf)]
-            break
-    if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "aeiousl":
-        word = word[:-1]
+    """The activity a habit statement is about, normalised ("running"/"runs"/"run" → "run"); a
+    light verb keeps its object ("playing tennis" → "play tennis", "going swimming" → "swim")."""
+    w = [x for x in _HABIT_LEAD.sub("", text.lower()).split() if x not in ("to", "the", "a", "an", "my", "their")]
+    if not w:
+        return ""
+    word = stem(w[0])
+    if word in ("go", "do") and len(w) > 1 and w[1].endswith("ing"):
+        return stem(w[1])
+    if word in LIGHT and len(w) > 1:
+        return f"{word} {stem(w[1])}"
     return word
 
 
@@ -238,20 +364,32 @@ class Candidate:
     at: str                       # time of the (latest) supporting message
     slot: str | None = None
     origin: str = "rule"
-    #: the statement reports a change of its slot ("I moved to", "now", a new job, "I stopped"):
-    #: only then does it supersede a different earlier value (else it may refine it)
+    #: the statement reports a change ("I moved to", "now", a new job, "I stopped", "again"): only
+    #: then does it supersede a different earlier value of its slot (else it may refine it), or
+    #: end a fact it contradicts (:mod:`memsif_lite.fact_changes`)
     change: bool = False
+    #: when the statement says it began, if it says so ("last Saturday"): the fact's ``valid_from``
+    since: str | None = None
+    #: phrases naming the subject's current facts (of this type) that the statement ends besides
+    #: its own slot's: the diets "I had a steak again" breaks, what "instead of" replaces
+    ends: tuple[str, ...] = ()
+
+    @property
+    def valid_from(self) -> str:
+        """When the fact holds from: the time the statement names, else the time it was said."""
+        return self.since or self.at
 
     def to_json(self) -> str:
         return json.dumps({"subject": self.subject, "type": self.type, "stmt": self.stmt,
                            "message_ids": list(self.message_ids), "at": self.at, "slot": self.slot,
-                           "origin": self.origin, "change": self.change}, ensure_ascii=False)
+                           "origin": self.origin, "change": self.change, "since": self.since,
+                           "ends": list(self.ends)}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> "Candidate":
         d = json.loads(text)
         return cls(d["subject"], d["type"], d["stmt"], tuple(d["message_ids"]), d["at"], d["slot"], d["origin"],
-                   bool(d.get("change", False)))
+                   bool(d.get("change", False)), d.get("since"), tuple(d.get("ends", ())))
 
 
 def extract_offline(messages: Sequence[MessageRow], schema: Sequence[FactType]) -> list[Candidate]:
@@ -262,27 +400,62 @@ def extract_offline(messages: Sequence[MessageRow], schema: Sequence[FactType]) 
     seen: set[tuple[str, str]] = set()
     for msg in messages:
         mid, speaker, text, at = msg.id, msg.speaker, msg.text, msg.at
-        day = at[:10]
+        said = from_stored(at)
+        local = local_time(said, msg.utc_offset_min)
         for sentence in _sentences(text):
-            for ftype, slot, rx, fmt, change in _RULES:
-                if ftype.lower() not in allowed:
+            times = stated_times(sentence, local)
+            for rule in _RULES:
+                if rule.type.lower() not in allowed:
                     continue
-                for m in rx.finditer(sentence):
+                for m in rule.rx.finditer(sentence):
                     obj = next((g for g in reversed(m.groups()) if g), "")
-                    if ftype != "Identity" and (not obj or _PRONOUN_START.match(obj.strip())):
+                    if rule.type != "Identity" and (not obj or _PRONOUN_START.match(obj.strip())):
                         continue
-                    stmt = fmt(speaker, m, day).strip()
+                    since, label = None, at[:10]
+                    # an event's or a change's own time ("last Saturday" is the 9th, not today); a
+                    # plan's is when it was made, and a lasting state's time words are about else
+                    dated = rule.rx is not _PLAN and (rule.type == "Event" or rule.change)
+                    stated = _time_of(sentence, m.start(), times) if dated else None
+                    if stated is not None:
+                        since = to_stored(said + (stated[0] - local))
+                        label = stated[0].strftime({"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}[stated[1]])
+                    stmt = rule.fmt(speaker, m, label).strip()
                     if _CUT in stmt or len(stmt.split()) < 3:
                         continue
                     key = (normalise(stmt), speaker.lower())
                     if key in seen:
                         continue
                     seen.add(key)
-                    slot_key = slot
-                    if slot == "favourite":
+                    slot_key = rule.slot
+                    if rule.slot == "favourite":
                         slot_key = "favourite " + m.group(1).lower()
-                    elif slot == "habit":
-                        slot_key = "habit " + _activity(stmt.split(" ", 1)[1].split(" (")[0])
-                    out.append(Candidate(speaker, allowed[ftype.lower()], stmt, (mid,), at, slot_key, "rule",
-                                         bool(slot_key) and (change or bool(_CHANGE.search(sentence)))))
+                    elif rule.slot == "habit":
+                        slot_key = "habit " + _activity(stmt[len(speaker) + 1:].split(" (")[0])
+                    ends = tuple(e for e in (rule.ends(m) if rule.ends else ()) if e)
+                    out.append(Candidate(speaker, allowed[rule.type.lower()], stmt, (mid,), at, slot_key, "rule",
+                                         rule.change or bool(_CHANGE.search(sentence)), since, ends))
     return out
+
+
+def stated_starts(msg: MessageRow) -> set[str]:
+    """Every time a fact from this message may be said to start at: the times its relative
+    expressions name, as :func:`extract_offline` stores them."""
+    said = from_stored(msg.at)
+    local = local_time(said, msg.utc_offset_min)
+    return {to_stored(said + (t[2] - local))
+            for sentence in _sentences(msg.text) for t in stated_times(sentence, local)}
+
+
+def _time_of(sentence: str, start: int, times: Sequence[tuple[int, int, datetime, str]]
+             ) -> tuple[datetime, str] | None:
+    """The time a statement starting at ``start`` names: the first time expression of its clause
+    after it ("I moved to Porto last week"), else the last one before it ("Yesterday I quit")."""
+    lo, hi = 0, len(sentence)
+    for b in _CLAUSE.finditer(sentence):
+        if b.end() <= start:
+            lo = b.end()
+        elif b.start() >= start:
+            hi = min(hi, b.start())
+    mine = [(t[2], t[3]) for t in times if lo <= t[0] and t[1] <= hi]
+    after = [(t[2], t[3]) for t in times if lo <= t[0] and t[1] <= hi and t[0] >= start]
+    return after[0] if after else mine[-1] if mine else None

@@ -26,6 +26,7 @@ from .checks import check_id, check_text
 from .db import Database, Unit
 from .db.merge import tombstone_hash
 from .errors import InvalidInputError, NotFoundError
+from .fact_extraction import stated_starts
 from .timeutil import now_stored, to_stored
 
 __all__ = ["forget", "forget_message", "forget_fact", "recompute_unit"]
@@ -86,7 +87,8 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         before = db.facts.drop_unsupported_events(fid)
         if before is not None:
             db.facts.rewrite(fid, before, active_store.embed_passages([before])[0], now_stored())
-        db.facts.realign_valid_from(fid, now_stored())
+        sources = db.messages.many(list(db.facts.sources(fid))).values()
+        db.facts.realign_valid_from(fid, now_stored(), {t for m in sources for t in stated_starts(m)})
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid)

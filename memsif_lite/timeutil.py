@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from .errors import InvalidInputError, StorageCorruptError
 
 __all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "is_stored", "parse_locomo_date", "now_stored",
-           "day_label", "relative_notes"]
+           "day_label", "relative_notes", "stated_times"]
 
 _LOCOMO = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE
@@ -195,3 +195,56 @@ def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
         else:
             target = str(d.year + step)
     return target, approx
+
+
+_PAST = re.compile(
+    r"\b(yesterday|last night|last (?:week|weekend|month|year|" + "|".join(_WEEKDAYS) + r")|"
+    r"(\d+|a|an|one|two|three|four|five|six|a few|a couple of) (day|week|month|year)s? ago|"
+    r"in (" + "|".join(_MONTHS) + r")(?:,? (\d{4}))?)\b", re.IGNORECASE)
+
+
+def stated_times(text: str, said_at: datetime) -> list[tuple[int, int, datetime, str]]:
+    """The past days a text names relative to when it was said ("last Saturday", "yesterday",
+    "last night", "two weeks ago", "in July", "in March 2023"): ``(start, end, first day, precision)``
+    for each, the day at ``said_at``'s clock time (a week from its Monday, a weekend from its
+    Saturday, a month from its 1st, a year from 1 January), precision ``day``, ``month`` or ``year``.
+    "In July" is the latest July not after the month it was said in. What lies ahead ("tomorrow",
+    "next week", "this weekend") or names no day of its own ("today") is not listed."""
+    out: list[tuple[int, int, datetime, str]] = []
+    for m in _PAST.finditer(text):
+        try:
+            got = _past(m, said_at)
+        except (OverflowError, ValueError):  # before year 1
+            continue
+        if got is not None and got[0] <= said_at:
+            out.append((m.start(), m.end(), got[0], got[1]))
+    return out
+
+
+def _past(m: re.Match[str], d: datetime) -> tuple[datetime, str] | None:
+    phrase = m.group(1).lower()
+    if phrase in ("yesterday", "last night"):
+        return d - timedelta(days=1), "day"
+    if m.group(2):
+        n = _NUM.get(m.group(2).lower()) or int(m.group(2))
+        unit = m.group(3).lower()
+        back = d - timedelta(days={"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n)
+        return back, {"month": "month", "year": "year"}.get(unit, "day")
+    if m.group(4):
+        month = _MONTHS[m.group(4).lower()]
+        year = int(m.group(5)) if m.group(5) else d.year - (month > d.month)
+        if not 1 <= year <= 9999:
+            return None
+        return d.replace(year=year, month=month, day=1), "month"
+    what = phrase.split(" ", 1)[1]
+    if what in _WEEKDAYS:
+        delta = (_WEEKDAYS.index(what) - d.weekday()) % 7
+        return d + timedelta(days=delta - 7 if delta > 0 else -7), "day"
+    if what == "weekend":
+        return d - timedelta(days=d.weekday() + 2), "day"  # the Saturday before this weekend
+    if what == "week":
+        return d - timedelta(days=d.weekday() + 7), "day"
+    if what == "month":
+        y, mo = (d.year - 1, 12) if d.month == 1 else (d.year, d.month - 1)
+        return d.replace(year=y, month=mo, day=1), "month"
+    return d.replace(year=d.year - 1, month=1, day=1), "year"

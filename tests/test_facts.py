@@ -123,7 +123,9 @@ def test_offline_core_facts_supersede_keeps_history(memory):
     assert "Maya lives in Lisbon" not in current
     [old] = [f for f in mem.facts(subject="maya", include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
     [new] = mem.facts(subject="MAYA", type="identity")
-    assert old.superseded_by == new.id and old.valid_to == datetime(2024, 3, 1, 9) and old.message_ids == (1,)
+    # "last week", said on Fri 1 Mar 2024, is the week of Mon 19 Feb: Porto from then, Lisbon until then
+    assert new.valid_from == datetime(2024, 2, 19, 9)
+    assert old.superseded_by == new.id and old.valid_to == datetime(2024, 2, 19, 9) and old.message_ids == (1,)
     assert [e.op for e in mem.fact_history(old.id)] == ["add", "superseded"]
     assert [e.op for e in mem.fact_history(new.id)] == ["supersede"]
     assert mem.stats()["superseded_facts"] == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -41,6 +41,12 @@ class CoreFacts(Table):
         return [FactRow(*r) for r in self.con.execute(
             f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? "
             "ORDER BY id DESC LIMIT ?", (subject, ftype, limit))]
+
+    def current_of(self, subject: str, limit: int = 1000) -> list[FactRow]:
+        """Current facts with this subject (any case), any type, newest first."""
+        return [FactRow(*r) for r in self.con.execute(
+            f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) "
+            "ORDER BY id DESC LIMIT ?", (subject, limit))]
 
     def current(self, fid: int) -> FactRow | None:
         r = self.con.execute(f"SELECT {_ROW} FROM core_facts WHERE id=? AND valid_to IS NULL", (fid,)).fetchone()
@@ -125,13 +131,14 @@ class CoreFacts(Table):
                 self.con.execute("UPDATE fact_history SET stmt=? WHERE id=?", (wording, hid))
         return None if wording is None or wording == self.stmt(fid) else str(wording)
 
-    def realign_valid_from(self, fid: int, now: str) -> None:
+    def realign_valid_from(self, fid: int, now: str, stated: Collection[str] = ()) -> None:
         """After a source went: a fact holds from its earliest remaining source when the time it
-        had is none of theirs (the facts it superseded end then too)."""
+        had is none of theirs, nor on a day they name (``stated``: the times "last week" and the
+        like resolve to, the caller resolves them) (the facts it superseded end then too)."""
         row = self.con.execute("SELECT valid_from FROM core_facts WHERE id=?", (fid,)).fetchone()
         times = {t for (t,) in self.con.execute(
             "SELECT m.at FROM fact_sources s JOIN messages m ON m.id=s.message_id WHERE s.fact_id=?", (fid,))}
-        if row is None or not times or row[0] in times:
+        if row is None or not times or row[0] in times or row[0][:10] in {t[:10] for t in stated}:
             return
         new = min(times)
         self.con.execute("UPDATE core_facts SET valid_from=?, updated_at=? WHERE id=?", (new, now, fid))

@@ -63,6 +63,12 @@ def _candidate_problem(d: Any) -> str | None:
         return "a fact candidate whose 'message_ids' are not message ids"
     if not is_stored(d.get("at")):
         return "a fact candidate whose 'at' is not a stored time"
+    since = d.get("since")
+    if since is not None and not (is_stored(since) and since <= d["at"]):
+        return "a fact candidate whose 'since' is not a stored time before its 'at'"
+    ends = d.get("ends", [])
+    if not isinstance(ends, list) or not all(isinstance(e, str) and _utf8(e) for e in ends):
+        return "a fact candidate whose 'ends' are not phrases"
     return None
 
 
