@@ -12,6 +12,7 @@ be undone; nor can a change that a later forget or merge built on (say so, do no
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any, Iterable, Sequence
@@ -23,9 +24,10 @@ from .db.merge import tombstone_hash
 from .entities import normalise
 from .errors import InvalidInputError, NotFoundError
 from .filters import MessageFilter
-from .types import Change, UndoReport
+from .timeutil import from_stored
+from .types import Change, CoreFact, Segment, Trajectory, UndoReport
 
-__all__ = ["decision_key", "fact_actor", "changes", "undo"]
+__all__ = ["decision_key", "fact_actor", "changes", "undo", "facts_as_of", "segments_as_of", "trajectories_as_of"]
 
 
 def decision_key(subject: str, ftype: str, stmt: str, cited: Iterable[MessageRow]) -> str:
@@ -76,9 +78,7 @@ def _plan(db: Database, change_id: int) -> list[Change]:
         raise InvalidInputError(f"change {change_id} ({target.op}) cannot be undone: only CoreFact changes "
                                 f"({', '.join(sorted(UNDOABLE_OPS))}) can")
     if not target.undoable:
-        why = ("it came with a merge; undo the change of this file that wrote the same fact"
-               if target.origin else "a later forget erased what it would restore")
-        raise InvalidInputError(f"change {change_id} cannot be undone: {why}")
+        raise InvalidInputError(f"change {change_id} cannot be undone: a later forget erased what it would restore")
     later = db.changes.later_touching(change_id, set(target.fact_ids))
     found = db.changes.rows([cid for cid, _ in later])
     for c in found:
@@ -107,3 +107,47 @@ def undo(db: Database, change_id: Any, *, dry_run: bool = False) -> UndoReport:
 
 def _facts(plan: Sequence[Change]) -> tuple[int, ...]:
     return tuple(sorted({f for c in plan for f in c.fact_ids}))
+
+
+# -- as_of: valid time (docs/history.md) -------------------------------------------------------------
+def facts_as_of(facts: list[CoreFact], flt: MessageFilter | None) -> list[CoreFact]:
+    """Facts read ``as_of`` a time (filtered to those valid then by the data-access layer) as they
+    stood then: one superseded later was current, so it shows no end and no successor."""
+    if flt is None or flt.as_of is None:
+        return facts
+    return [dataclasses.replace(f, valid_to=None, superseded_by=None) for f in facts]
+
+
+def segments_as_of(db: Database, segments: list[Segment], as_of: Any) -> list[Segment]:
+    """The Topical Segments as they stood at valid time ``as_of``: only messages said by then, a
+    segment with later messages still open (and in no trajectory yet), one with none left out."""
+    flt = MessageFilter.build(as_of=as_of)
+    if flt is None:
+        return segments
+    rows = db.messages.many(sorted(db.filters.keep([m for s in segments for m in s.message_ids], flt)))
+    out = []
+    for s in segments:
+        kept = tuple(m for m in s.message_ids if m in rows)
+        if not kept:
+            continue
+        whole = len(kept) == len(s.message_ids)
+        out.append(dataclasses.replace(
+            s, message_ids=kept, end=max(from_stored(rows[m].at) for m in kept), closed=s.closed and whole,
+            trajectory_id=s.trajectory_id if whole else None))
+    return out
+
+
+def trajectories_as_of(trajectories: list[Trajectory], segments: list[Segment]) -> list[Trajectory]:
+    """The Event Trajectories made of ``segments`` (as :func:`segments_as_of` gives them)."""
+    by_traj: dict[int, list[Segment]] = {}
+    for s in segments:
+        if s.trajectory_id is not None:
+            by_traj.setdefault(s.trajectory_id, []).append(s)
+    out = []
+    for t in trajectories:
+        ss = by_traj.get(t.id)
+        if ss:
+            out.append(dataclasses.replace(t, segment_ids=tuple(s.id for s in ss),
+                                           message_ids=tuple(m for s in ss for m in s.message_ids),
+                                           start=min(s.start for s in ss), end=max(s.end for s in ss)))
+    return out

@@ -254,8 +254,9 @@ def _ids(raw: Any) -> dict[str, list[int]]:
 
 
 def _change(r: Sequence[Any]) -> Change:
+    undoable = bool(r[7]) and r[3] in UNDOABLE_OPS and r[10] is None  # images kept, not undone yet
     return Change(int(r[0]), from_stored(r[1]), str(r[2]), str(r[3]), r[4], r[5],
-                  {k: tuple(v) for k, v in _ids(r[6]).items()}, bool(r[7]), r[10], r[8], r[9])
+                  {k: tuple(v) for k, v in _ids(r[6]).items()}, undoable, r[10], r[8], r[9])
 
 
 class RecordedFacts(CoreFacts):

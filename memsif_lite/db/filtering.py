@@ -47,6 +47,9 @@ def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True) -> tuple
     if f.until is not None:
         where.append(f"{alias}.at <= ?")
         args.append(f.until)
+    if f.as_of is not None:
+        where.append(f"{alias}.at <= ?")
+        args.append(f.as_of)
     return where, args
 
 
@@ -75,6 +78,9 @@ def _fact_sql(f: MessageFilter, table: str, sources: str) -> tuple[str, list[Any
     if cond:
         where.append(f"EXISTS ({sources} AND {' AND '.join(cond)})")
         args += cargs
+    if f.as_of is not None and table == "core_facts":  # valid then (docs/history.md)
+        where.append("x.valid_from <= ? AND (x.valid_to IS NULL OR x.valid_to > ?)")
+        args += [f.as_of, f.as_of]
     return f"SELECT x.id FROM {table} x WHERE " + (" AND ".join(where) or "1"), args
 
 
