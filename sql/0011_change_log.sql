@@ -38,7 +38,7 @@ INSERT INTO meta(key, value) VALUES('file_id', lower(hex(randomblob(16)))) ON CO
 INSERT INTO change_log(at, actor, op, summary, ids)
     SELECT strftime('%Y-%m-%dT%H:%M:%S', 'now'), 'memsif', 'baseline',
            'state before the change log (schema 11)',
-           json_object('facts', (SELECT json_group_array(id) FROM core_facts))
+           json_object('facts', json((SELECT json_group_array(id) FROM core_facts)))
     WHERE EXISTS(SELECT 1 FROM core_facts) OR EXISTS(SELECT 1 FROM segments);
 INSERT INTO change_facts(fact_id, change_id)
     SELECT f.id, c.id FROM core_facts f, change_log c WHERE c.op='baseline';
