@@ -232,7 +232,8 @@ class ChangeLog(Table):
             chunk = ids[start:start + 500]
             self.con.execute(
                 "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
-                f"AND id IN (SELECT change_id FROM change_facts WHERE fact_id IN ({','.join('?' * len(chunk))}))", chunk)
+                f"AND id IN (SELECT change_id FROM change_facts WHERE fact_id IN ({','.join('?' * len(chunk))}))",
+                chunk)
             n += self.con.changes()
         for mid in sorted(set(messages)):
             self.con.execute(
