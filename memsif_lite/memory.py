@@ -214,9 +214,10 @@ class Memory:
             if value is not None:
                 check_text(value, name)
         flt = MessageFilter.build(**criteria)
-        every = include_superseded or (flt is not None and flt.as_of is not None)  # as_of: those valid then
-        return self._read(lambda db: history.facts_as_of(db.filters.only_facts(
-            db.facts.select(subject=subject, ftype=type, include_superseded=every), flt), flt))
+        as_of = flt.as_of if flt is not None else None  # as_of: those valid then, superseded since or not
+        return self._read(lambda db: history.facts_as_of(db.filters.only_facts(db.facts.select(
+            subject=subject, ftype=type, include_superseded=include_superseded or bool(as_of), valid_at=as_of), flt),
+            flt))
 
     def fact_history(self, fact_id: int) -> list[FactEvent]:
         """Every change to a CoreFact, oldest first."""
