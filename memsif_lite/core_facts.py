@@ -73,11 +73,13 @@ def same_subject(a: str, b: str) -> bool:
 @dataclass(frozen=True)
 class Operation:
     """The decision for one candidate: ``add`` | ``update`` | ``merge`` | ``supersede``, the
-    existing fact it applies to, and the statement to store."""
+    existing fact it applies to, the statement to store, and who chose it (``rule`` or
+    ``llm:<model>``: the change log's actor)."""
 
     name: str
     target: int | None
     stmt: str
+    by: str = "rule"
 
 
 # -- extraction: protocol, offline rule, LLM rule falling back to it ----------------------------------
@@ -180,7 +182,8 @@ class LLMOperationChooser:
         if got is None:
             return self.fallback.choose(c, related)
         name, target, stmt = got  # the prompt's reply type admits only the numbers of ``related``
-        return Operation(name, related[target].id if target is not None else None, stmt or c.stmt)
+        return Operation(name, related[target].id if target is not None else None, stmt or c.stmt,
+                         by=f"llm:{self.llm.model}")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ What a filter means, per result kind:
   subject is one of ``speakers``, and at least one of its source messages lies in ``sessions``
   and in ``[since, until]`` (the time of the messages that support it, not ``valid_from``).
 
+``as_of`` is a point in *valid time* (when things were said and true, not when memsif learnt them:
+docs/history.md): only messages said by then; of the CoreFacts, those valid then (``valid_from`` at or
+before it, and not yet superseded — a fact superseded later is current as of that time); of the
+ActiveFacts, those with a source message said by then.
+
 Each given criterion must hold (AND); within ``speakers`` or ``sessions`` any value may match (OR).
 """
 
@@ -78,6 +83,7 @@ class Criteria(TypedDict, total=False):
     sessions: Names
     since: Any
     until: Any
+    as_of: Any
 
 
 @dataclass(frozen=True)
@@ -89,17 +95,19 @@ class MessageFilter:
     sessions: tuple[str, ...] = ()
     since: str | None = None
     until: str | None = None
+    as_of: str | None = None
 
     @classmethod
     def build(cls, *, speakers: Names = None, sessions: Names = None, since: Any = None,
-              until: Any = None) -> "MessageFilter | None":
+              until: Any = None, as_of: Any = None) -> "MessageFilter | None":
         """The filter, or ``None`` when nothing is filtered. Bad values raise InvalidInputError."""
         if isinstance(speakers, int) and not isinstance(speakers, bool):
             raise InvalidInputError("speakers must be a string or a sequence of strings")
-        f = cls(_names(speakers, "speakers"), _names(sessions, "sessions"), _bound(since, False), _bound(until, True))
+        f = cls(_names(speakers, "speakers"), _names(sessions, "sessions"), _bound(since, False), _bound(until, True),
+                _bound(as_of, True))
         if f.since is not None and f.until is not None and f.since > f.until:
             raise InvalidInputError(f"since ({f.since}) is after until ({f.until})")
-        return f if (f.speakers or f.sessions or f.since or f.until) else None
+        return f if (f.speakers or f.sessions or f.since or f.until or f.as_of) else None
 
     def describe(self) -> str:
         """``speaker Ana or Bo, session 2, since 2024-05-01T00:00:00`` (for messages to people)."""
@@ -112,4 +120,6 @@ class MessageFilter:
             parts.append(f"since {self.since}")
         if self.until:
             parts.append(f"until {self.until}")
+        if self.as_of:
+            parts.append(f"as of {self.as_of}")
         return ", ".join(parts)

@@ -49,11 +49,12 @@ def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = Non
         check_text(source_id, "source_id")
         if speaker is not None:
             speaker = " ".join(check_text(speaker, "speaker").split())  # as ingest stores it
-    with db.write():
+    with db.write(), db.changes.record("forget", "user") as change:  # no images: nothing forgotten is kept
         if fact_id is not None:
             if not db.facts.exists(fact_id):
                 raise NotFoundError(f"no fact with id {fact_id}")
             forget_fact(db, fact_id)
+            db.changes.redact(facts=list(change.images))
             return [fact_id]
         if message_id is not None:
             if not db.messages.exists(message_id):
@@ -66,6 +67,8 @@ def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = Non
                 raise NotFoundError(f"no message{who} with source id {source_id!r}")
         for mid in ids:
             forget_message(db, mid, active_store)
+        change.touch("messages", ids)
+        db.changes.redact(facts=list(change.images), messages=ids)
         return ids
 
 

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from . import pipelines, store
+from . import history, pipelines, store
 from .active_facts import Evidence
 from .checks import check_id, check_page, check_question, check_search, check_text
 from .config import Config
@@ -23,8 +23,8 @@ from .query import Answer, Context
 from .segments import BoundaryJudge, list_segments
 from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge, list_trajectories
-from .types import (ActiveFact, Added, CandidateCluster, CoreFact, FactEvent, Message, SearchResult, Segment,
-                    Trajectory)
+from .types import (ActiveFact, Added, CandidateCluster, Change, CoreFact, FactEvent, Message, SearchResult, Segment,
+                    Trajectory, UndoReport)
 from .worker import ProcessReport
 
 if TYPE_CHECKING:
@@ -190,13 +190,15 @@ class Memory:
         check_page(limit, offset)
         return self._read(lambda db: [to_message(r) for r in db.filters.messages(flt, limit, offset)])
 
-    def segments(self) -> list[Segment]:
-        """All Topical Segments in order, with their messages, span, entities and a label."""
-        return self._read(list_segments)
+    def segments(self, *, as_of: Any = None) -> list[Segment]:
+        """All Topical Segments in order, with their messages, span, entities and a label; ``as_of``:
+        as they stood at that (valid) time (:func:`~memsif_lite.history.segments_as_of`)."""
+        return self._read(lambda db: history.segments_as_of(db, list_segments(db), as_of))
 
-    def trajectories(self) -> list[Trajectory]:
-        """All Event Trajectories, with their segments and messages in order."""
-        return self._read(list_trajectories)
+    def trajectories(self, *, as_of: Any = None) -> list[Trajectory]:
+        """All Event Trajectories, with their segments and messages in order (``as_of``: as :meth:`segments`)."""
+        return self._read(lambda db: history.trajectories_as_of(
+            list_trajectories(db), history.segments_as_of(db, list_segments(db), as_of)))
 
     def stats(self) -> dict[str, int]:
         """Counts of everything in the file."""
@@ -212,8 +214,10 @@ class Memory:
             if value is not None:
                 check_text(value, name)
         flt = MessageFilter.build(**criteria)
-        return self._read(lambda db: db.filters.only_facts(
-            db.facts.select(subject=subject, ftype=type, include_superseded=include_superseded), flt))
+        as_of = flt.as_of if flt is not None else None  # as_of: those valid then, superseded since or not
+        return self._read(lambda db: history.facts_as_of(db.filters.only_facts(db.facts.select(
+            subject=subject, ftype=type, include_superseded=include_superseded or bool(as_of), valid_at=as_of), flt),
+            flt))
 
     def fact_history(self, fact_id: int) -> list[FactEvent]:
         """Every change to a CoreFact, oldest first."""
@@ -222,6 +226,20 @@ class Memory:
         if history is None:
             raise NotFoundError(f"no fact with id {fact_id}")
         return history
+
+    def changes(self, *, since: Any = None, until: Any = None, actor: str | None = None, fact_id: int | None = None,
+                op: str | None = None, limit: int | None = None) -> list[Change]:
+        """The change log, oldest first (:func:`~memsif_lite.history.changes`; docs/history.md)."""
+        return self._read(lambda db: history.changes(db, since=since, until=until, actor=actor, fact_id=fact_id,
+                                                     op=op, limit=limit))
+
+    def undo(self, change_id: int, *, dry_run: bool = False) -> UndoReport:
+        """Take back a CoreFact change and the later changes built on it, in one transaction (itself
+        logged); ``dry_run`` lists them and writes nothing (:func:`~memsif_lite.history.undo`)."""
+        if dry_run:
+            return self._read(lambda db: history.undo(db, change_id, dry_run=True), snapshot=False)
+        with self._session("undo") as db:
+            return history.undo(db, change_id)
 
     def active_facts(self) -> list[ActiveFact]:
         """Promoted ActiveFacts with provenance and the queries that triggered them."""
@@ -285,6 +303,6 @@ class Memory:
         for the answer prompt. Filters as in :meth:`context`."""
         check_question(question, budget_tokens)
         flt = MessageFilter.build(**criteria)
-        at = from_stored(to_stored(now)) if now is not None else None
+        at = from_stored(to_stored(now)) if now is not None else (from_stored(flt.as_of) if flt and flt.as_of else None)
         with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at, flt)

@@ -99,6 +99,8 @@ class OtherFile:
     messages: list[FullMessage]
     tombstones: set[bytes]
     clusters: list[tuple[str, list[tuple[str, list[int]]], list[tuple[str, bytes]]]]
+    #: the other file's own name for itself (meta ``file_id``, schema 11): the log's ``merge:<file id>``
+    file_id: str = "unknown"
 
 
 def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> OtherFile:
@@ -127,7 +129,8 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> Oth
         _validate(m, dim, max_chars, p)
     if any(len(h) != 32 for h in tombs):
         raise MemoryFileError(f"{p} has malformed tombstones")
-    return OtherFile(p, model_id, dim, msgs, tombs, clusters)
+    file_id = str(info.meta.get("file_id", "unknown"))[:64]
+    return OtherFile(p, model_id, dim, msgs, tombs, clusters, file_id)
 
 
 def _validate(m: FullMessage, dim: int, max_chars: int, p: Path) -> None:
@@ -208,7 +211,7 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
     queries = _query_vectors(other, embeddings.query, same_model)
     fresh = [FullMessage(m.id, m.speaker, m.text, m.at, m.session, m.source_id, h, m.created_at, m.utc_offset_min, v)
              for m, h, v in zip(incoming, hashes, vectors, strict=True)]
-    with db.write():
+    with db.write(), db.changes.record("merge", f"merge:{other.file_id}") as change:
         # another process may have added some of them meanwhile
         fresh = [m for m in fresh if not db.filters.already_present(m.speaker, m.text, m.at, m.source_id)]
         now = now_stored()
@@ -225,6 +228,8 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         if start is not None or removed:  # rows were rewritten under the caches without staging
             db.merge.caches_changed()
         replayed = len(placed)
+        change.touch("messages", [nid for nid, _, _ in placed])
+        change.summary = f"{len(fresh)} messages added, {removed} removed, {replayed} placed again"
         if process_now:  # saves reading each vector back
             for nid, vec, text in placed:
                 # the stored (int8) direction, exactly what a later step reads back

@@ -100,8 +100,9 @@ class QueryPipeline:
         for fid, dist in near_core:
             f = got.get(fid)
             if f is not None:
-                items.append(FactItem("core", f.id, f.subject, f.type, f.stmt, f.valid_from, f.valid_to,
-                                      f.message_ids, 1.0 - dist))
+                as_of = flt is not None and flt.as_of is not None  # valid then: current then (docs/history.md)
+                items.append(FactItem("core", f.id, f.subject, f.type, f.stmt, f.valid_from,
+                                      None if as_of else f.valid_to, f.message_ids, 1.0 - dist))
         for fid, dist in near_active:
             aid, subject, stmt, created = clusters.active_row(fid)
             items.append(FactItem("active", aid, subject, None, stmt, from_stored(created), None,

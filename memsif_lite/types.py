@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from .timeutil import local_time
 
 __all__ = ["Message", "Added", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
-           "CandidateCluster", "FactItem", "EvidenceItem", "Context", "Answer"]
+           "CandidateCluster", "FactItem", "EvidenceItem", "Context", "Answer", "Change", "UndoReport"]
 
 
 @dataclass(frozen=True)
@@ -205,3 +205,44 @@ class Answer:
     tokens_out: int
     llm_calls: int
     timings_ms: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row of the change log (:meth:`Memory.changes`, docs/history.md): ``at`` is record time
+    (UTC, naive: when memsif made the change), ``actor`` who decided it (``rule``, ``llm:<model>``,
+    ``user``, ``merge:<file id>``, ``memsif`` for what a file held before it had a log), ``op`` what
+    it did (``fact.add`` / ``fact.update`` / ``fact.merge`` / ``fact.supersede``, ``place``, ``link``,
+    ``active.promote`` / ``active.restate`` / ``active.withdraw``, ``forget``, ``merge``, ``undo``,
+    ``baseline``), ``purpose`` the prompt that decided it (LLM actors), ``summary`` the statement
+    written (None once forgotten), ``ids`` what it touched by kind (``facts``, ``messages``,
+    ``segments``, ``trajectories``, ``active_facts``); ``undoable``: :meth:`Memory.undo` can take it
+    back; ``undone_by`` the undo that did; ``undoes`` (an undo) the change it took back; ``origin``
+    the file that recorded it when it came with a merge."""
+
+    id: int
+    at: datetime
+    actor: str
+    op: str
+    purpose: str | None
+    summary: str | None
+    ids: dict[str, tuple[int, ...]]
+    undoable: bool
+    undone_by: int | None = None
+    undoes: int | None = None
+    origin: str | None = None
+
+    @property
+    def fact_ids(self) -> tuple[int, ...]:
+        return self.ids.get("facts", ())
+
+
+@dataclass(frozen=True)
+class UndoReport:
+    """What :meth:`Memory.undo` took back (or, with ``dry_run``, would): the change asked for and the
+    later changes that built on it, newest first, and the facts they touched."""
+
+    change_id: int
+    undone: tuple[Change, ...]
+    fact_ids: tuple[int, ...]
+    dry_run: bool = False

@@ -54,6 +54,10 @@ CASES: list[tuple[str, list[str], set[str]]] = [
     ("facts", ["facts", "--active", "--db", "{db}"], {"active_facts"}),
     ("forget", ["forget", "--message", "2", "--db", "{db}"], {"forgot", "id"}),
     ("forget", ["forget", "--source-id", "m4", "--db", "{db}"], {"forgot", "ids"}),
+    ("log", ["log", "--db", "{db}"], {"changes"}),
+    ("log", ["log", "--fact", "1", "--actor", "rule", "--since", "2024-01-01", "--db", "{db}"], {"changes"}),
+    ("undo", ["undo", "4", "--dry-run", "--db", "{db}"], {"change_id", "dry_run", "fact_ids", "undone"}),
+    ("undo", ["undo", "4", "--db", "{db}"], {"change_id", "dry_run", "fact_ids", "undone"}),  # Maya's first fact
     ("merge", ["merge", "{other}", "--db", "{db}"], _fields(MergeReport) | {"db", "stats"}),
     ("merge", ["merge", "{other}", "--dry-run", "--db", "{db}"], _fields(MergeReport) | {"db", "stats"}),
     ("export", ["export", "--out", "{tmp}/out.jsonl", "--db", "{db}"], {"db", "out", "lines"}),

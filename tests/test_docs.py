@@ -17,7 +17,8 @@ from memsif_lite import Config, Memory
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = ("concepts", "cli", "python", "llm", "merge", "languages", "reliability", "architecture", "benchmarks")
+PAGES = ("concepts", "cli", "python", "llm", "merge", "history", "languages", "reliability", "architecture",
+         "benchmarks")
 
 
 def _cli_reference():

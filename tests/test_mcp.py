@@ -85,7 +85,7 @@ def test_every_tool_over_stdio_then_the_file(tmp_path, sample_messages):
 
     out = session(["--db", str(db)], script)
     tools = out["tools"]
-    assert set(tools) == set(TOOLS) - {"forget"}                      # forget is opt-in
+    assert set(tools) == set(TOOLS) - {"forget", "undo"}              # forget and undo are opt-in
     for t in tools.values():
         assert DATA_NOTE in t.description and t.input_schema["type"] == "object"
         assert t.annotations.read_only_hint is (t.name in READ_TOOLS)
@@ -133,11 +133,47 @@ def test_forget_only_with_allow_forget(tmp_path):
         return {"names": names, "forgot": forgot, "both": both}
 
     out = session(["--db", str(db), "--allow-forget"], script)
-    assert out["names"] == set(TOOLS)
+    assert out["names"] == set(TOOLS) - {"undo"}
     assert out["forgot"] == {"forgot": "message", "id": 1}
     assert out["both"].is_error
     with raw(db) as con:
         assert [t for (t,) in con.execute("SELECT text FROM messages")] == ["I like tea."]
+
+
+def test_history_answers_since_when_and_undo_only_with_allow_undo(tmp_path):
+    db = tmp_path / "m.db"
+    moves = [{"speaker": "Ana", "text": "I live in Lisbon.", "at": "2024-01-01T09:00:00"},
+             {"speaker": "Bob", "text": "The weather is awful today, it keeps raining.", "at": "2024-01-01T10:00:00"},
+             {"speaker": "Ana", "text": "I moved to Porto last month.", "at": "2024-03-01T09:00:00"},
+             {"speaker": "Bob", "text": "Football tonight? The match starts at eight.", "at": "2024-03-01T10:00:00"}]
+
+    async def script(client) -> dict[str, Any]:
+        out: dict[str, Any] = {"tools": {t.name: t for t in (await client.list_tools()).tools}}
+        payload(await client.call_tool("remember", {"messages": moves}))
+        out["porto"] = payload(await client.call_tool("facts", {"subject": "Ana"}))["facts"][0]
+        out["history"] = payload(await client.call_tool("history", {"fact_id": out["porto"]["id"]}))
+        out["then"] = payload(await client.call_tool("facts", {"subject": "Ana", "as_of": "2024-02-01"}))
+        out["ctx_then"] = payload(await client.call_tool("context", {"question": "Where does Ana live?",
+                                                                     "as_of": "2024-02-01"}))
+        add = payload(await client.call_tool("history", {"op": "fact.add"}))["changes"][0]
+        out["dry"] = payload(await client.call_tool("undo", {"change_id": add["id"], "dry_run": True}))
+        out["undo"] = payload(await client.call_tool("undo", {"change_id": add["id"]}))
+        out["after"] = payload(await client.call_tool("facts", {"include_superseded": True}))
+        out["again"] = await client.call_tool("undo", {"change_id": add["id"]})
+        return out
+
+    out = session(["--db", str(db), "--allow-undo"], script)
+    assert set(out["tools"]) == set(TOOLS) - {"forget"}
+    assert out["tools"]["history"].annotations.read_only_hint is True
+    assert out["tools"]["undo"].annotations.destructive_hint is True
+    assert out["porto"]["stmt"] == "Ana lives in Porto"
+    sup = out["history"]["changes"][-1]  # since when: the supersede, with when it was recorded and why
+    assert sup["op"] == "fact.supersede" and sup["actor"] == "rule" and sup["ids"]["messages"] == [3]
+    assert [f["stmt"] for f in out["then"]["facts"]] == ["Ana lives in Lisbon"]
+    assert "Lisbon" in out["ctx_then"]["context"] and "Porto" not in out["ctx_then"]["context"]
+    assert [c["op"] for c in out["dry"]["undone"]] == ["fact.supersede", "fact.add"]
+    assert out["undo"]["dry_run"] is False and out["after"]["facts"] == []
+    assert out["again"].is_error and "undone already" in out["again"].content[0].text
 
 
 def test_read_only_offers_reading_tools_and_leaves_the_file_alone(tmp_path, sample_messages):

@@ -37,7 +37,8 @@ Modules
     declares its renderer with :func:`output.output`, which adds ``--json``), :mod:`.boundary` the
     one error boundary and the ``memsif`` group, :mod:`.options` the shared options and the one
     way a memory file is opened; the commands by concern: :mod:`.reading`, :mod:`.writing`,
-    :mod:`.files`, :mod:`.demo`, :mod:`.serve` (``mcp``, which serves stdio and prints no document).
+    :mod:`.files`, :mod:`.history` (``log``, ``undo``), :mod:`.demo`, :mod:`.serve` (``mcp``, which
+    serves stdio and prints no document).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from memsif_lite.jsonable import to_jsonable
 from .boundary import main
 from .demo import demo
 from .files import backup, check, export, import_, merge
+from .history import log, undo
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
 from .writing import add, forget, ingest, process
@@ -56,5 +58,5 @@ from .writing import add, forget, ingest, process
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, backup, check, mcp, demo):
+                 import_, backup, check, log, undo, mcp, demo):
     main.add_command(_command)

@@ -74,14 +74,14 @@ file_options = _options(_memory_location, config_option)
 
 
 def filter_options(f: F) -> F:
-    """``--speaker``, ``--session``, ``--since`` and ``--until``; the command receives them as
+    """``--speaker``, ``--session``, ``--since``, ``--until`` and ``--as-of``; the command receives them as
     ``filters``, the keyword arguments of the Python API (validated there)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, speakers: tuple[str, ...], sessions: tuple[str, ...], since: str | None,
-                until: str | None, **kwargs: Any) -> Any:
+                until: str | None, as_of: str | None, **kwargs: Any) -> Any:
         filters = {"speakers": list(speakers) or None, "sessions": list(sessions) or None, "since": since,
-                   "until": until}
+                   "until": until, "as_of": as_of}
         return f(*args, filters=filters, **kwargs)
 
     return _options(
@@ -92,6 +92,9 @@ def filter_options(f: F) -> F:
                                                      "its start)."),
         click.option("--until", default=None, help="Only messages at or before this time (ISO 8601; a date alone: "
                                                      "its end)."),
+        click.option("--as-of", "as_of", default=None,
+                     help="As memory stood at this time (valid time): messages said by then, facts valid then "
+                          "(ISO 8601; a date alone: its end)."),
     )(cast(F, wrapper))
 
 

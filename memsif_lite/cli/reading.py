@@ -122,7 +122,7 @@ def facts(db: str, config: str | None, subject: str | None, ftype: str | None, i
     """List CoreFacts as a table, or ActiveFacts with --active. Filters: --speaker is the subject;
     --session/--since/--until select facts with a source message there."""
     if active and any(filters.values()):
-        raise click.UsageError("--speaker/--session/--since/--until filter CoreFacts, not --active")
+        raise click.UsageError("--speaker/--session/--since/--until/--as-of filter CoreFacts, not --active")
     with open_memory(db, config, read_only=True) as mem:
         if active:
             return {"active_facts": mem.active_facts()}

@@ -11,6 +11,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``queue``     — the work queue of pipeline steps still to run
 * ``filters``   — filtered rankings and listings (speaker, session, time), "already present"
 * ``tombstones`` — hashes of forgotten messages; ``merge`` — what ``memsif merge`` reads and moves
+* ``changes``   — the change log (``facts`` tells it what every CoreFact write touches)
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -25,6 +26,7 @@ import apsw
 
 from .. import store
 from .admin import Admin
+from .changes import ChangeLog, RecordedFacts
 from .clusters import Clusters
 from .facts import CoreFacts, from_messages
 from .filtering import Filtering
@@ -49,7 +51,8 @@ class Database:
         self.caches = [self.vectors, *self.unit_vectors.values()]
         self.messages = Messages(con, self.vectors)
         self.structure = Structure(con, self.unit_vectors)
-        self.facts = CoreFacts(con)
+        self.changes = ChangeLog(con)
+        self.facts: CoreFacts = RecordedFacts(con, self.changes)
         self.clusters = Clusters(con)
         self.admin = Admin(con, self.caches)
         self.queue = Queue(con)

@@ -152,9 +152,14 @@ class CoreFacts(Table):
         return tuple(m for (m,) in self.con.execute(
             "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,)))
 
-    def select(self, *, subject: str | None, ftype: str | None, include_superseded: bool) -> list[CoreFact]:
+    def select(self, *, subject: str | None, ftype: str | None, include_superseded: bool,
+               valid_at: str | None = None) -> list[CoreFact]:
+        """``valid_at``: only the facts valid at that (stored) time, superseded since or not."""
         sql = "SELECT id, subject, type, stmt, valid_from, valid_to, superseded_by, origin FROM core_facts WHERE 1=1"
         args: list[Any] = []
+        if valid_at is not None:
+            sql += " AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)"
+            args += [valid_at, valid_at]
         if subject is not None:
             sql += " AND lower(subject)=lower(?)"
             args.append(subject)

@@ -31,7 +31,8 @@ def _spellings(names: Sequence[str]) -> list[str]:
                                                          unicodedata.normalize("NFD", n))))
 
 
-def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True) -> tuple[list[str], list[Any]]:
+def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True,
+                as_of: bool = True) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
     if speakers and f.speakers:
@@ -47,6 +48,9 @@ def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True) -> tuple
     if f.until is not None:
         where.append(f"{alias}.at <= ?")
         args.append(f.until)
+    if as_of and f.as_of is not None:
+        where.append(f"{alias}.at <= ?")
+        args.append(f.as_of)
     return where, args
 
 
@@ -71,10 +75,14 @@ def _fact_sql(f: MessageFilter, table: str, sources: str) -> tuple[str, list[Any
         names = _spellings(f.speakers)
         where.append(f"x.subject COLLATE NOCASE IN ({_marks(len(names))})")
         args += names
-    cond, cargs = _conditions(f, "m", speakers=False)
+    core = table == "core_facts"  # as_of: a CoreFact's validity, not its sources' times (below)
+    cond, cargs = _conditions(f, "m", speakers=False, as_of=not core)
     if cond:
         where.append(f"EXISTS ({sources} AND {' AND '.join(cond)})")
         args += cargs
+    if f.as_of is not None and core:  # valid then (docs/history.md)
+        where.append("x.valid_from <= ? AND (x.valid_to IS NULL OR x.valid_to > ?)")
+        args += [f.as_of, f.as_of]
     return f"SELECT x.id FROM {table} x WHERE " + (" AND ".join(where) or "1"), args
 
 

@@ -39,7 +39,9 @@ class Close(SegmentStep[Closing]):
         if state is not None and state[1] is None:
             if title:
                 tools.db.structure.set_segment_title(sid, title)
-            tools.trajectories.apply(sid, trajectory)
+            tid = tools.trajectories.apply(sid, trajectory)
+            judge = tools.llm.model if tools.llm is not None and trajectory.candidates else None
+            tools.db.changes.note("link", f"llm:{judge}" if judge else "rule", segments=[sid], trajectories=[tid])
             tools.db.queue.push(StepKind.EXTRACT, row.message_id, now_stored(), segment_id=sid)
 
     @staticmethod

@@ -9,10 +9,12 @@ from typing import Any
 from ..checks import INT64_MAX
 from ..core_facts import Candidate, FactDecision
 from ..db import QueuedStep
+from ..history import decision_key, fact_actor
 from ..timeutil import is_stored
 from .base import Rebuild, Step, StepKind, Tools
 
-Choice = tuple[Candidate, FactDecision]
+#: the candidate, its decision, and the candidate's hash in the change log (:func:`~memsif_lite.history.decision_key`)
+Choice = tuple[Candidate, FactDecision, str]
 
 
 class Fact(Step[Choice]):
@@ -37,10 +39,18 @@ class Fact(Step[Choice]):
             return None
         if alive != c.message_ids:
             c = dataclasses.replace(c, message_ids=alive)
-        return c, tools.core_facts.decide(c)
+        cited = tools.db.messages.many(list(c.message_ids))
+        key = decision_key(c.subject, c.type, c.stmt, cited.values())
+        if tools.db.changes.undone_decision(key):  # taken back with `memsif undo`: not written again
+            return None
+        return c, tools.core_facts.decide(c), key
 
     def apply(self, tools: Tools, row: QueuedStep, choice: Choice) -> None:
-        tools.core_facts.apply(*choice)
+        c, d, key = choice
+        actor, purpose = fact_actor(d.op.by, c.origin, tools.llm.model if tools.llm is not None else None)
+        with tools.db.changes.record(f"fact.{d.op.name}", actor, purpose=purpose, summary=f"{c.subject}: {d.op.stmt}",
+                                     decision=key, undoable=True, messages=c.message_ids):
+            tools.core_facts.apply(c, d)
 
     def survives(self, segment_id: Any, payload: Any, rebuild: Rebuild) -> bool:
         return not rebuild.moved_messages.intersection(Candidate.from_json(str(payload)).message_ids)

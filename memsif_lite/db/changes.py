@@ -1,0 +1,311 @@
+"""change_log, change_facts: the append-only log of changes to derived state (docs/history.md).
+
+A change is recorded by the code that makes it, in the same transaction, through
+:meth:`ChangeLog.record`: while its block runs, every CoreFact write goes through
+:class:`RecordedFacts`, which notes the facts touched and — for a change that can be taken back —
+each fact's row, sources and (when rewritten) vector as they were before the change (its *before
+image*), and the ``fact_history`` rows it added. The log row is written when the block ends
+without an error (an error rolls the whole transaction back, the log row never existed).
+Records nest: a CoreFact step that runs inside a merge records its own row.
+
+:meth:`ChangeLog.restore` takes one change back from its images; :mod:`memsif_lite.history` decides
+which changes to take back. ``forget`` keeps no images, and :meth:`ChangeLog.redact` erases the
+content (summary, images) of every earlier row that holds what it forgets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..timeutil import from_stored, now_stored
+from ..types import Change
+from .base import Table
+from .facts import CoreFacts
+from .messages import retire_id
+
+__all__ = ["ChangeLog", "Journal", "RecordedFacts", "UNDOABLE_OPS"]
+
+#: the operations :meth:`Memory.undo` can take back
+UNDOABLE_OPS = frozenset({"fact.add", "fact.update", "fact.merge", "fact.supersede"})
+_FACT_COLS = ("subject", "type", "stmt", "slot", "valid_from", "valid_to", "superseded_by", "created_at",
+              "updated_at", "origin")
+_KINDS = ("facts", "messages", "segments", "trajectories", "active_facts")
+_CHANGE = "id, at, actor, op, purpose, summary, ids, undo IS NOT NULL, undoes, origin"
+
+
+@dataclass
+class Journal:
+    """What one change touches while it runs: facts (with their before images when ``undoable``),
+    and ids of other kinds the caller adds (:meth:`touch`)."""
+
+    undoable: bool
+    history_mark: int
+    images: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    ids: dict[str, list[int]] = field(default_factory=dict)
+    summary: str | None = None
+
+    def touch(self, kind: str, ids: Sequence[int]) -> None:
+        have = self.ids.setdefault(kind, [])
+        have.extend(i for i in ids if i not in have)
+
+
+class ChangeLog(Table):
+    def __init__(self, con: Any):
+        super().__init__(con)
+        self._open: list[Journal] = []
+
+    # -- recording ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def record(self, op: str, actor: str, *, purpose: str | None = None, summary: str | None = None,
+               decision: str | None = None, undoes: int | None = None, origin: str | None = None,
+               undoable: bool = False, **ids: Sequence[int]) -> Iterator[Journal]:
+        """Run the block as one change and log it (inside the caller's write transaction)."""
+        mark = self.con.execute("SELECT coalesce(max(id), 0) FROM fact_history").fetchone()[0] if undoable else 0
+        j = Journal(undoable, int(mark), summary=summary)
+        for kind, values in ids.items():
+            j.touch(kind, values)
+        self._open.append(j)
+        try:
+            yield j
+        finally:
+            self._open.pop()
+        undo = None
+        if undoable:
+            added = [h for (h,) in self.con.execute("SELECT id FROM fact_history WHERE id > ? ORDER BY id", (mark,))]
+            undo = json.dumps({"facts": [{"id": f, "before": img} for f, img in j.images.items()],
+                               "history": added}, separators=(",", ":"))
+        j.touch("facts", list(j.images))
+        self.write(op, actor, purpose=purpose, summary=j.summary, ids=j.ids, undo=undo, decision=decision,
+                   undoes=undoes, origin=origin)
+
+    def write(self, op: str, actor: str, *, ids: dict[str, list[int]], purpose: str | None = None,
+              summary: str | None = None, undo: str | None = None, decision: str | None = None,
+              undoes: int | None = None, origin: str | None = None, at: str | None = None) -> int:
+        """Append one row (and its change_facts rows); returns its id."""
+        shown = {k: list(v) for k, v in ids.items() if v}
+        self.con.execute(
+            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?)", (at or now_stored(), actor, op, purpose, summary,
+                                            json.dumps(shown, separators=(",", ":")), undo, decision, undoes, origin))
+        cid = int(self.con.last_insert_rowid())
+        for fid in shown.get("facts", []):
+            self.con.execute("INSERT OR IGNORE INTO change_facts(fact_id, change_id) VALUES(?,?)", (fid, cid))
+        return cid
+
+    def note(self, op: str, actor: str, *, summary: str | None = None, **ids: Sequence[int]) -> int:
+        """A change that keeps no images (a placement, a promotion...): one row."""
+        return self.write(op, actor, summary=summary, ids={k: list(v) for k, v in ids.items()})
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._open[-1] if self._open else None
+
+    def before(self, fid: int, *, vector: bool = False) -> None:
+        """Called by :class:`RecordedFacts` before it changes fact ``fid``."""
+        j = self.journal
+        if j is None:
+            return
+        if fid not in j.images:
+            j.images[fid] = self._image(fid) if j.undoable else None
+        img = j.images[fid]
+        if vector and j.undoable and img is not None and "vector" not in img:
+            row = self.con.execute("SELECT embedding FROM fact_vec WHERE rowid=?", (fid,)).fetchone()
+            img["vector"] = None if row is None else bytes(row[0]).hex()
+
+    def created(self, fid: int) -> None:
+        """Fact ``fid`` did not exist before this change."""
+        j = self.journal
+        if j is not None:
+            j.images[fid] = None
+
+    def _image(self, fid: int) -> dict[str, Any] | None:
+        row = self.con.execute(f"SELECT {', '.join(_FACT_COLS)} FROM core_facts WHERE id=?", (fid,)).fetchone()
+        if row is None:
+            return None
+        sources = [m for (m,) in self.con.execute(
+            "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,))]
+        return {"row": list(row), "sources": sources}
+
+    # -- reading ------------------------------------------------------------------------------------
+    def select(self, *, since: str | None = None, until: str | None = None, actor: str | None = None,
+               fact_id: int | None = None, op: str | None = None, limit: int | None = None) -> list[Change]:
+        """Rows in order, filtered by record time, actor (``llm`` matches every ``llm:<model>``),
+        fact touched and operation."""
+        where, args = ["1"], []  # type: tuple[list[str], list[Any]]
+        if since is not None:
+            where.append("c.at >= ?")
+            args.append(since)
+        if until is not None:
+            where.append("c.at <= ?")
+            args.append(until)
+        if actor is not None:
+            where.append("(c.actor = ? OR c.actor LIKE ? ESCAPE '\\')")
+            args += [actor, actor.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"]
+        if fact_id is not None:
+            where.append("c.id IN (SELECT change_id FROM change_facts WHERE fact_id=?)")
+            args.append(fact_id)
+        if op is not None:
+            where.append("(c.op = ? OR c.op LIKE ?)")
+            args += [op, op + ".%"]
+        rows = self.con.execute(
+            f"SELECT {_CHANGE.replace('id,', 'c.id,', 1)}, (SELECT min(u.id) FROM change_log u WHERE u.undoes=c.id) "
+            f"FROM change_log c WHERE {' AND '.join(where)} ORDER BY c.id LIMIT ?",
+            (*args, -1 if limit is None else limit)).fetchall()
+        return [_change(r) for r in rows]
+
+    def get(self, cid: int) -> Change | None:
+        got = self.rows([cid])
+        return got[0] if got else None
+
+    def rows(self, ids: Sequence[int]) -> list[Change]:
+        return [_change(r) for r in self.rows_in(
+            f"SELECT {_CHANGE}, (SELECT min(u.id) FROM change_log u WHERE u.undoes=change_log.id) "
+            "FROM change_log WHERE id IN ({marks}) ORDER BY id", list(ids))]
+
+    def later_touching(self, after: int, facts: set[int]) -> list[tuple[int, set[int]]]:
+        """(change id, facts it touched) of every change after ``after`` that touched any fact of
+        ``facts`` or of a change found so (the closure), in order, undos and undone ones left out."""
+        rows = self.con.execute(
+            "SELECT c.id, c.ids FROM change_log c WHERE c.id > ? AND c.op != 'undo' "
+            "AND NOT EXISTS(SELECT 1 FROM change_log u WHERE u.undoes=c.id) "
+            "AND EXISTS(SELECT 1 FROM change_facts x WHERE x.change_id=c.id) ORDER BY c.id", (after,)).fetchall()
+        out = []
+        closure = set(facts)
+        for cid, ids in rows:
+            touched = set(_ids(ids).get("facts", ()))
+            if touched & closure:
+                closure |= touched
+                out.append((int(cid), touched))
+        return out
+
+    def undone_decision(self, key: str) -> bool:
+        """Whether a fact change that wrote this candidate was undone (so it is not written again)."""
+        return self.con.execute(
+            "SELECT 1 FROM change_log c JOIN change_log u ON u.undoes=c.id WHERE c.decision=? LIMIT 1",
+            (key,)).fetchone() is not None
+
+    def last_id(self) -> int:
+        return int(self.con.execute("SELECT coalesce(max(id), 0) FROM change_log").fetchone()[0])
+
+    # -- undo and forget ----------------------------------------------------------------------------
+    def restore(self, cid: int) -> list[int]:
+        """Take change ``cid`` back from its images (inside a write transaction): facts it made are
+        deleted, the others get their row, sources and vector back, the history it wrote goes.
+        Returns the facts touched."""
+        raw = self.con.execute("SELECT undo FROM change_log WHERE id=?", (cid,)).fetchone()[0]
+        undo = json.loads(raw)
+        for h in undo["history"]:
+            self.con.execute("DELETE FROM fact_history WHERE id=?", (h,))
+        made = []
+        for item in undo["facts"]:
+            fid, img = int(item["id"]), item["before"]
+            if img is None:
+                made.append(fid)
+                continue
+            sets = ", ".join(f"{c}=?" for c in _FACT_COLS)
+            self.con.execute(f"UPDATE core_facts SET {sets} WHERE id=?", (*img["row"], fid))
+            self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
+            for mid in img["sources"]:
+                self.con.execute("INSERT INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
+            if img.get("vector") is not None:
+                self.set_vector("fact_vec", fid, bytes.fromhex(img["vector"]))
+        for fid in made:
+            self.con.execute("UPDATE core_facts SET valid_to=NULL, superseded_by=NULL WHERE superseded_by=?", (fid,))
+            self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
+            self.con.execute("DELETE FROM fact_history WHERE fact_id=?", (fid,))
+            self.con.execute("DELETE FROM fact_vec WHERE rowid=?", (fid,))
+            self.con.execute("DELETE FROM core_facts WHERE id=?", (fid,))
+            retire_id(self.con, "core_facts", fid)
+        return [int(item["id"]) for item in undo["facts"]]
+
+    def redact(self, *, facts: Sequence[int] = (), messages: Sequence[int] = ()) -> int:
+        """Erase the content (summary, images) of every row that touched these facts or cites these
+        messages: what ``forget`` removes is not kept in the log either. Returns the rows redacted."""
+        n = 0
+        ids = sorted(set(facts))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            self.con.execute(
+                "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
+                f"AND id IN (SELECT change_id FROM change_facts WHERE fact_id IN ({','.join('?' * len(chunk))}))",
+                chunk)
+            n += self.con.changes()
+        for mid in sorted(set(messages)):
+            self.con.execute(
+                "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
+                "AND EXISTS(SELECT 1 FROM json_each(change_log.ids, '$.messages') WHERE value=?)", (mid,))
+            n += self.con.changes()
+        return n
+
+
+def _ids(raw: Any) -> dict[str, list[int]]:
+    try:
+        d = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    if not isinstance(d, dict):
+        return {}
+    return {k: [int(i) for i in v if isinstance(i, int) and not isinstance(i, bool)]
+            for k, v in d.items() if k in _KINDS and isinstance(v, list)}
+
+
+def _change(r: Sequence[Any]) -> Change:
+    undoable = bool(r[7]) and r[3] in UNDOABLE_OPS and r[10] is None  # images kept, not undone yet
+    return Change(int(r[0]), from_stored(r[1]), str(r[2]), str(r[3]), r[4], r[5],
+                  {k: tuple(v) for k, v in _ids(r[6]).items()}, undoable, r[10], r[8], r[9])
+
+
+class RecordedFacts(CoreFacts):
+    """:class:`~memsif_lite.db.facts.CoreFacts` whose writes tell the open record what they touch."""
+
+    def __init__(self, con: Any, changes: ChangeLog):
+        super().__init__(con)
+        self.changes = changes
+
+    def _superseded_by(self, fid: int) -> list[int]:
+        return [f for (f,) in self.con.execute("SELECT id FROM core_facts WHERE superseded_by=?", (fid,))]
+
+    def insert(self, **kw: Any) -> int:
+        fid = super().insert(**kw)
+        self.changes.created(fid)
+        return fid
+
+    def rewrite(self, fid: int, stmt: str, vector: np.ndarray, now: str) -> None:
+        self.changes.before(fid, vector=True)
+        super().rewrite(fid, stmt, vector, now)
+
+    def touch(self, fid: int, now: str) -> None:
+        self.changes.before(fid)
+        super().touch(fid, now)
+
+    def supersede(self, fid: int, *, by: int, valid_to: str, now: str) -> None:
+        self.changes.before(fid)
+        super().supersede(fid, by=by, valid_to=valid_to, now=now)
+
+    def add_sources(self, fid: int, message_ids: Sequence[int]) -> None:
+        self.changes.before(fid)
+        super().add_sources(fid, message_ids)
+
+    def delete(self, fid: int) -> None:
+        for f in [fid, *self._superseded_by(fid)]:
+            self.changes.before(f)
+        super().delete(fid)
+
+    def drop_source(self, mid: int) -> tuple[list[int], list[int]]:
+        for (f,) in self.con.execute("SELECT fact_id FROM fact_sources WHERE message_id=?", (mid,)).fetchall():
+            self.changes.before(f)
+        return super().drop_source(mid)
+
+    def drop_unsupported_events(self, fid: int) -> str | None:
+        self.changes.before(fid)
+        return super().drop_unsupported_events(fid)
+
+    def realign_valid_from(self, fid: int, now: str) -> None:
+        for f in [fid, *self._superseded_by(fid)]:
+            self.changes.before(f)
+        super().realign_valid_from(fid, now)
