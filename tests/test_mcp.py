@@ -152,9 +152,9 @@ def test_history_answers_since_when_and_undo_only_with_allow_undo(tmp_path):
         payload(await client.call_tool("remember", {"messages": moves}))
         out["porto"] = payload(await client.call_tool("facts", {"subject": "Ana"}))["facts"][0]
         out["history"] = payload(await client.call_tool("history", {"fact_id": out["porto"]["id"]}))
-        out["then"] = payload(await client.call_tool("facts", {"subject": "Ana", "as_of": "2024-02-01"}))
+        out["then"] = payload(await client.call_tool("facts", {"subject": "Ana", "as_of": "2024-01-15"}))
         out["ctx_then"] = payload(await client.call_tool("context", {"question": "Where does Ana live?",
-                                                                     "as_of": "2024-02-01"}))
+                                                                     "as_of": "2024-01-15"}))
         add = payload(await client.call_tool("history", {"op": "fact.add"}))["changes"][0]
         out["dry"] = payload(await client.call_tool("undo", {"change_id": add["id"], "dry_run": True}))
         out["undo"] = payload(await client.call_tool("undo", {"change_id": add["id"]}))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -305,7 +305,7 @@ class RecordedFacts(CoreFacts):
         self.changes.before(fid)
         return super().drop_unsupported_events(fid)
 
-    def realign_valid_from(self, fid: int, now: str) -> None:
+    def realign_valid_from(self, fid: int, now: str, stated: Collection[str] = ()) -> None:
         for f in [fid, *self._superseded_by(fid)]:
             self.changes.before(f)
-        super().realign_valid_from(fid, now)
+        super().realign_valid_from(fid, now, stated)
