@@ -37,7 +37,8 @@ Modules
     declares its renderer with :func:`output.output`, which adds ``--json``), :mod:`.boundary` the
     one error boundary and the ``memsif`` group, :mod:`.options` the shared options and the one
     way a memory file is opened; the commands by concern: :mod:`.reading`, :mod:`.writing`,
-    :mod:`.files`, :mod:`.demo`, :mod:`.serve` (``mcp``, which serves stdio and prints no document).
+    :mod:`.files`, :mod:`.demo`, :mod:`.serve` (``mcp``, which serves stdio and prints no document),
+    :mod:`.viewing` (``view``: the HTML page, written or served on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ from .demo import demo
 from .files import backup, check, export, import_, merge
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
+from .viewing import view
 from .writing import add, forget, ingest, process
 
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, backup, check, mcp, demo):
+                 import_, backup, check, mcp, demo, view):
     main.add_command(_command)

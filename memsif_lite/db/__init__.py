@@ -11,6 +11,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``queue``     — the work queue of pipeline steps still to run
 * ``filters``   — filtered rankings and listings (speaker, session, time), "already present"
 * ``tombstones`` — hashes of forgotten messages; ``merge`` — what ``memsif merge`` reads and moves
+* ``overview``  — whole-file listings for the HTML view (:mod:`memsif_lite.view`)
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -30,6 +31,7 @@ from .facts import CoreFacts, from_messages
 from .filtering import Filtering
 from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
+from .overview import Overview
 from .queue import Queue, QueuedStep
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
@@ -56,6 +58,7 @@ class Database:
         self.filters = Filtering(con)
         self.tombstones = Tombstones(con)
         self.merge = MergeRows(con, self.caches)
+        self.overview = Overview(con)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
