@@ -44,7 +44,7 @@ def _seconds(stored: str) -> int:
 
 def delta(xs: Sequence[int]) -> list[int]:
     """``[x0, x1 - x0, x2 - x1, ...]``."""
-    return [b - a for a, b in zip([0, *xs[:-1]], xs, strict=True)]
+    return [b - a for a, b in zip([0, *xs], xs, strict=False)]
 
 
 def undelta(ds: Iterable[int]) -> list[int]:

@@ -1,0 +1,254 @@
+"""``memsif view`` in a real browser: headless Chromium (Debian's ``chromium`` package) opens the
+page of the demo memory, of a hostile file and of a 100,000-message file, and this script reports
+how long each page takes to open, its size and the browser's JavaScript heap, takes a screenshot of
+each, and checks that the search box finds a message, that a fact "click" shows its history and
+the messages it rests on, and that the hostile file runs no script.
+
+    python benchmarks/view.py --out benchmarks/results/view.txt [--messages 100000] [--keep DIR]
+
+How it measures: the page writes, when it has drawn itself, ``data-ready-ms`` (``performance.now()``
+then: milliseconds since the browser started to open the page, so reading and parsing the HTML,
+the JSON and the first drawing are all in it) and ``data-heap-bytes`` (``performance.memory``,
+with ``--enable-precise-memory-info``) on its ``<body>``; ``chromium --dump-dom`` prints the DOM
+once the page has loaded. Three cold runs each (a fresh browser every time); the median is
+reported, and the wall time of the whole browser run next to it. The search and the fact click go
+through the page's own navigation (``#search=WORDS``, ``#fact=ID``: what clicking a link does).
+
+The 100,000-message file: the synthetic conversation of ``scale.py`` (topic words and filler, vectors
+from a table, so embedding costs nothing), spread over about four years in sessions of 20-100
+messages with gaps of hours, days and weeks, and every 500th message a first-person statement the
+offline extractor makes a CoreFact of ("I moved to Porto."), so facts are written and superseded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import CACHE, machine  # noqa: E402
+from scale import TableEmbedder, generate  # noqa: E402
+
+from memsif_lite import Config, Memory  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CITIES = ["Porto", "Lisbon", "Madrid", "Berlin", "Oslo", "Dublin", "Prague", "Vienna", "Milan", "Ghent"]
+HOSTILE = [
+    {"speaker": "Mallory", "text": "<script>document.body.setAttribute('data-pwned','1')</script> hello"},
+    {"speaker": "Mallory", "text": "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"},
+    {"speaker": "</script><script>document.body.setAttribute('data-pwned','3')</script>",
+     "text": "a speaker named </script>, and <!-- a comment --> and ]]> and \u2028 line separators \u2029"},
+    {"speaker": "Mallory", "text": "</style><style>body{display:none}</style> I moved to <b>Porto</b>.",
+     "session": "</title><svg onload=\"document.body.setAttribute('data-pwned','4')\">"},
+    {"speaker": "Mallory", "text": "javascript:alert(1) {{data}} {{js}} <a href=\"javascript:alert(2)\">link</a>"},
+]
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return name
+    sys.exit("no Chromium found: apt-get install chromium")
+
+
+def browse(url: str, *, screenshot: Path | None = None, size: str = "1400,1100") -> tuple[str, float]:
+    """One cold headless run: the DOM once loaded (or a screenshot), and the run's wall time."""
+    with tempfile.TemporaryDirectory(prefix="memsif-chromium-") as profile:
+        cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-precise-memory-info",
+               "--hide-scrollbars", "--no-first-run", f"--user-data-dir={profile}", f"--window-size={size}"]
+        cmd += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+        t = time.perf_counter()
+        out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=120)
+        wall = time.perf_counter() - t
+    if screenshot is None and "<body" not in out.stdout:
+        raise RuntimeError(f"chromium printed no DOM for {url}: {out.stderr[-2000:]}")
+    return out.stdout, wall
+
+
+def body(dom: str) -> dict[str, str]:
+    tag = re.search(r"<body([^>]*)>", dom)
+    return dict(re.findall(r'([\w-]+)="([^"]*)"', tag.group(1))) if tag else {}
+
+
+def block(dom: str, element_id: str) -> str:
+    """The markup of the element with this id, up to its closing tag (lists and sections here)."""
+    m = re.search(rf'<(\w+)[^>]*\bid="{element_id}"[^>]*>', dom)
+    if not m:
+        return ""
+    end = dom.find(f"</{m.group(1)}>", m.end())
+    return dom[m.start(): end]
+
+
+def opening(url: str, runs: int = 3) -> dict:
+    ready, heap, wall, attrs = [], [], [], {}
+    for _ in range(runs):
+        dom, w = browse(url)
+        attrs = body(dom)
+        ready.append(int(attrs["data-ready-ms"]))
+        heap.append(int(attrs.get("data-heap-bytes") or 0))
+        wall.append(w)
+    return {"ready_ms": int(statistics.median(ready)), "ready_ms_runs": ready,
+            "js_heap_mb": round(statistics.median(heap) / 1e6, 1), "browser_wall_s": round(statistics.median(wall), 2),
+            "drawn": {k[5:]: int(v) for k, v in attrs.items() if k in ("data-messages", "data-segments",
+                                                                       "data-trajectories", "data-facts")}}
+
+
+def check_search(url: str, word: str, expect: int) -> dict:
+    dom, _ = browse(url + "#search=" + word)
+    results = block(dom, "results")
+    ids = [int(i) for i in re.findall(r'href="#msg=(\d+)"', results)]
+    summary = re.sub(r"<[^>]+>", "", block(dom, "search-summary")).strip()
+    return {"word": word, "expected_message": expect, "found": expect in ids, "listed": len(ids),
+            "summary": summary}
+
+
+def check_fact(url: str, fact_id: int) -> dict:
+    dom, _ = browse(url + f"#fact={fact_id}")
+    title = re.sub(r"<[^>]+>", "", block(dom, "detail-title")).strip()
+    detail = block(dom, "detail")
+    ops = re.findall(r'<td class="nw">(add|update|merge|supersede|superseded)</td>', detail)
+    return {"fact": fact_id, "title": title, "history_rows": len(ops), "history_ops": ops,
+            "source_messages": len(set(re.findall(r'href="#msg=(\d+)"', detail)))}
+
+
+def page(mem: Memory, dest: Path) -> dict:
+    t = time.perf_counter()
+    p = mem.view(dest)
+    return {"render_s": round(time.perf_counter() - t, 2), "page_mb": round(p.bytes / 1e6, 2), "stats": p.stats}
+
+
+def demo(work: Path) -> dict:
+    db = work / "demo.db"
+    subprocess.run([sys.executable, "-m", "memsif_lite.cli", "demo", "--db", str(db)], check=True,
+                   capture_output=True)
+    html = work / "demo.html"
+    with Memory(db, read_only=True) as mem:
+        out = page(mem, html)
+        biscuit = [m.id for m in mem.messages() if "Biscuit" in m.text]
+        facts = mem.facts(include_superseded=True)
+        fact = next((f.id for f in facts if f.subject == "Maya"), facts[0].id)
+    url = html.resolve().as_uri()
+    out |= opening(url)
+    out["search"] = check_search(url, "Biscuit", biscuit[0])
+    out["fact_click"] = check_fact(url, fact)
+    # docs/view.png (README) is a copy of this one
+    browse(url + f"#search=Porto&fact={fact}", screenshot=RESULTS / "view_demo.png", size="1300,1000")
+    return out
+
+
+def hostile(work: Path) -> dict:
+    db = work / "hostile.db"
+    rng = np.random.default_rng(1)
+    emb = TableEmbedder(rng.standard_normal((1, 384)).astype(np.float32), {})
+    with Memory(db, embedder=emb) as mem:
+        mem.add_many([{**m, "at": f"2024-05-0{1 + i // 3}T10:0{i}:00"} for i, m in enumerate(HOSTILE)])
+        out = page(mem, work / "hostile.html")
+    url = (work / "hostile.html").resolve().as_uri()
+    out |= opening(url, runs=1)
+    dom, _ = browse(url + "#search=script")
+    pwned = re.findall(r"<[a-z][^>]*\sdata-pwned=", dom)
+    out |= {"ran_injected_script": bool(pwned), "messages_drawn": int(body(dom)["data-messages"]),
+            "hostile_text_shown_as_text": "&lt;script&gt;document.body.setAttribute" in dom}
+    browse(url + "#msg=3", screenshot=RESULTS / "view_hostile.png", size="1400,900")
+    return out
+
+
+def big_messages(n: int) -> tuple[list[dict], TableEmbedder]:
+    msgs, V, index, _ = generate(n)
+    rng = np.random.default_rng(7)
+    t = 1_672_531_200  # 2023-01-01
+    left, session = 0, 0
+    for i, m in enumerate(msgs):
+        if left == 0:
+            left, session = int(rng.integers(20, 101)), session + 1
+            kind = rng.random()
+            t += int(rng.integers(3600, 12 * 3600) if kind < 0.8 else rng.integers(86400, 3 * 86400) if kind < 0.98
+                     else rng.integers(7 * 86400, 35 * 86400))
+        else:
+            t += int(rng.integers(20, 300))
+        left -= 1
+        if i % 500 == 250:  # a fact the offline extractor writes; the next one of this speaker supersedes it
+            m["text"] = f"I moved to {CITIES[(i // 500) % len(CITIES)]}."
+        m["at"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+        m["session"] = str(session)
+    return msgs, TableEmbedder(V, index)
+
+
+def big(work: Path, n: int, keep: Path | None) -> dict:
+    db = (keep or work) / f"view-{n}.db"
+    msgs, emb = big_messages(n)
+    out: dict = {}
+    if not db.exists():
+        t = time.perf_counter()
+        with Memory(db, embedder=emb, config=Config(sem_low=0.0, sem_high=0.64)) as mem:
+            for start in range(0, n, 2000):
+                mem.add_many(msgs[start:start + 2000])
+        out["ingest_s"] = round(time.perf_counter() - t)
+    html = work / f"view-{n}.html"
+    with Memory(db, embedder=emb, read_only=True) as mem:
+        out |= page(mem, html)
+        facts = mem.facts(include_superseded=True)
+        old = next((f for f in facts if f.valid_to is not None), facts[0] if facts else None)
+        first, last = mem.messages(limit=1)[0], mem.messages(limit=1, offset=n - 1)[0]
+    url = html.resolve().as_uri()
+    out |= opening(url)
+    target = n // 2 + 17
+    out["search"] = check_search(url, f"%23{target}", target + 1)  # "#50017": message 50018's own number
+    if old is not None:
+        out["fact_click"] = check_fact(url, old.id)
+    browse(url, screenshot=RESULTS / "view_100k.png")
+    mid = (first.at.timestamp() + last.at.timestamp()) / 2
+    browse(url + f"#zoom={int(mid)},{int(mid + 7 * 86400)}", screenshot=RESULTS / "view_100k_week.png")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--out", default=str(RESULTS / "view.txt"))
+    ap.add_argument("--keep", default=str(CACHE), help="keep the large memory file here (built once)")
+    args = ap.parse_args()
+    keep = Path(args.keep)
+    keep.mkdir(parents=True, exist_ok=True)
+    version = subprocess.run([chromium(), "--version"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="memsif-view-bench-") as d:
+        work = Path(d)
+        runs = {"demo": demo(work), "hostile": hostile(work), f"{args.messages}": big(work, args.messages, keep)}
+    report = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "browser": version,
+              "command": "python benchmarks/view.py --out benchmarks/results/view.txt", "runs": runs}
+    lines = [f"memsif view in headless Chromium — {report['date']}, {report['machine']}, {version}",
+             f"command: {report['command']}", "",
+             "| memory | messages | page MB | render s (Memory.view) | opens in ms (median of 3; runs) | JS heap MB "
+             "| browser run s |", "|---|---|---|---|---|---|---|"]
+    for name, r in runs.items():
+        lines.append(f"| {name} | {r['stats']['messages']} | {r['page_mb']} | {r['render_s']} | {r['ready_ms']} "
+                     f"({', '.join(map(str, r['ready_ms_runs']))}) | {r['js_heap_mb']} | {r['browser_wall_s']} |")
+    lines += ["", "checks:"]
+    for name, r in runs.items():
+        for key in ("search", "fact_click"):
+            if key in r:
+                lines.append(f"  {name} {key}: {json.dumps(r[key])}")
+        if "ran_injected_script" in r:
+            lines.append(f"  {name}: ran an injected script: {r['ran_injected_script']}; its text shown as text: "
+                         f"{r['hostile_text_shown_as_text']}; messages drawn {r['messages_drawn']}")
+        lines.append(f"  {name} drawn: {json.dumps(r.get('drawn'))} file: {json.dumps(r['stats'])}")
+        if "ingest_s" in r:
+            lines.append(f"  {name} built in {r['ingest_s']} s (add_many, 2,000 at a time; table vectors)")
+    lines += ["", "screenshots: benchmarks/results/view_demo.png, view_hostile.png, view_100k.png, view_100k_week.png",
+              "", "json: " + json.dumps(report)]
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines[:12 + 4 * len(runs)]))
+
+
+if __name__ == "__main__":
+    main()
