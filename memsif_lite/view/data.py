@@ -6,7 +6,7 @@ offsets run-length coded (long runs), speakers and sessions indexes into a list 
 whole seconds since 1970-01-01 UTC. The page (``view.js``) decodes them; :func:`columns` is the
 same decoding in Python (tests read a page back with it).
 
-Message text is the bulk of a page: when all of it would pass :data:`TEXT_BUDGET` characters, the
+Message text is the bulk of a page: when all of it would pass :data:`TEXT_BUDGET` bytes, the
 longest texts are shortened (:func:`clip_texts`) and the page says how many were.
 """
 
@@ -27,9 +27,9 @@ __all__ = ["gather", "clip_texts", "delta", "undelta", "runs", "unruns", "column
 
 #: the document's format version (the page refuses one it does not know)
 FORMAT = 1
-#: at most this many characters of message text in one page (a 30 MB page holds about 24 MB of text)
+#: at most this many bytes (UTF-8) of message text in one page, which stays under 30 MB with them
 TEXT_BUDGET = 20_000_000
-#: the longest a message's text is kept before the budget needs more (a pasted document)
+#: the most bytes of one message's text a page keeps (a pasted document), fewer when the budget needs it
 TEXT_CAP = 20_000
 #: pending steps listed (all are counted)
 BACKLOG_ROWS = 200
@@ -71,16 +71,18 @@ def unruns(rs: Iterable[Sequence[Any]]) -> list[Any]:
 
 
 def clip_texts(texts: list[str], budget: int = TEXT_BUDGET, cap: int = TEXT_CAP) -> int:
-    """Shorten, in place, the texts longer than a cap (halved until all of them fit ``budget``
-    characters, never below 200) to the cap and an ellipsis; returns how many were shortened."""
+    """Shorten, in place, the texts longer than a cap of UTF-8 bytes (halved until all of them fit
+    ``budget`` bytes, never below 200) to at most the cap, ending in an ellipsis; returns how many
+    were shortened."""
+    sizes = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
     cap = max(cap, 200)
-    while cap > 200 and sum(min(len(t), cap) for t in texts) > budget:
+    while cap > 200 and sum(min(n, cap) for n in sizes) > budget:
         cap //= 2
     cap = max(cap, 200)
     n = 0
     for i, t in enumerate(texts):
-        if len(t) > cap:
-            texts[i] = t[:cap - 1] + "\u2026"
+        if sizes[i] > cap:  # cut at a character boundary, leaving room for the ellipsis (3 bytes)
+            texts[i] = t.encode("utf-8", "surrogatepass")[:cap - 3].decode("utf-8", "ignore") + "\u2026"
             n += 1
     return n
 
@@ -98,7 +100,10 @@ def _entities_label(entities: str) -> str:
         return ""
     if not isinstance(counts, dict):
         return ""
-    return label({str(k): v for k, v in counts.items() if isinstance(v, int)})
+    try:
+        return label(counts)
+    except TypeError:  # a damaged or crafted file: counts that are not numbers
+        return label({str(k): v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)})
 
 
 def _file(path: Path, db: Database, generated: int) -> dict[str, Any]:

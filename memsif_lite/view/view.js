@@ -41,29 +41,39 @@
   holder.textContent = '';
   if (D.v !== 1) throw new Error('memsif view: unknown document format ' + D.v);
 
-  function undelta(a) {
-    var out = new Float64Array(a.length), acc = 0;
-    for (var i = 0; i < a.length; i++) { acc += a[i]; out[i] = acc; }
+  // columns as typed arrays: 4 bytes a value where every value fits (ids, indexes), else 8
+  var NONE = -2147483648;
+  function fits(v) { return v > NONE && v <= 2147483647 && Math.floor(v) === v; }
+  function undelta(a, wide) {
+    var acc = 0, small = !wide, i;
+    for (i = 0; i < a.length && small; i++) { acc += a[i]; small = fits(acc); }
+    var out = small ? new Int32Array(a.length) : new Float64Array(a.length);
+    for (i = 0, acc = 0; i < a.length; i++) { acc += a[i]; out[i] = acc; }
     return out;
   }
-  function unruns(r, n, none) {
-    var out = new Float64Array(n), i = 0;
+  function unruns(r, n) {  // null: NONE
+    var out = new Int32Array(n), i = 0;
     for (var k = 0; k < r.length; k++) {
-      var v = r[k][0] === null ? none : r[k][0];
-      out.fill(v, i, i + r[k][1]);
+      var v = r[k][0];
+      out.fill(v === null || !fits(v) ? NONE : v, i, i + r[k][1]);
       i += r[k][1];
     }
     return out;
   }
   var M = {
-    id: undelta(D.m.id), t: undelta(D.m.t), sp: D.m.sp, x: D.m.x, seg: undelta(D.m.seg),
+    id: undelta(D.m.id), t: undelta(D.m.t, true), sp: Int32Array.from(D.m.sp), x: D.m.x, seg: undelta(D.m.seg),
     speakers: D.m.speakers, sessions: D.m.sessions
   };
   M.n = M.id.length;
-  M.off = unruns(D.m.off, M.n, NaN);
-  M.se = unruns(D.m.se, M.n, -1);
-  var msgRow = new Map();
-  for (var i = 0; i < M.n; i++) msgRow.set(M.id[i], i);
+  M.off = unruns(D.m.off, M.n);
+  M.se = unruns(D.m.se, M.n);
+  D.m = { clipped: D.m.clipped };  // the coded columns are decoded: let them go
+  // a message's row by id: they come in id order (data.py), so a binary search (no 100,000-entry map)
+  var msgRow = {
+    get: function (id) { var k = lowerBound(M.id, id); return k < M.n && M.id[k] === id ? k : undefined; },
+    has: function (id) { return this.get(id) !== undefined; }
+  };
+  var i;
   // messages in time order (ties by id): ord[k] is a row, ts[k] its time
   var ord = new Uint32Array(M.n);
   var sorted = true;
@@ -117,7 +127,7 @@
   function fmtDay(t) { return iso(t).date; }
   function fmtMinute(t) { var p = iso(t); return p.date + ' ' + p.time; }
   function fmtLocal(t, off) {
-    if (isNaN(off)) return fmtMinute(t) + ' UTC';
+    if (off === NONE) return fmtMinute(t) + ' UTC';
     var a = Math.abs(off);
     return fmtMinute(t + off * 60) + (off < 0 ? '-' : '+') + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
   }
@@ -199,6 +209,7 @@
   }
 
   function draw() {
+    var started = performance.now();
     var W = Math.max(640, $('tl-wrap').clientWidth || 1000), PW = W - LEFT - RIGHT, span = V.b - V.a;
     function x(t) { return LEFT + (t - V.a) / span * PW; }
     function cx(t) { return Math.min(Math.max(x(t), LEFT), LEFT + PW); }
@@ -377,6 +388,7 @@
     geom = { W: W, PW: PW, span: span };
     scheduleInView(i0, i1);
     saveState();
+    document.body.setAttribute('data-draw-ms', (performance.now() - started).toFixed(1));
   }
 
   // -- lists of messages ------------------------------------------------------------------------
@@ -630,7 +642,8 @@
     draw();
   }, { passive: false });
   var drag = null, dragged = false;
-  svg.addEventListener('pointerdown', function (ev) { drag = { x: ev.clientX, a: V.a, b: V.b }; dragged = false; });
+  document.addEventListener('pointerdown', function () { dragged = false; }, true);
+  svg.addEventListener('pointerdown', function (ev) { drag = { x: ev.clientX, a: V.a, b: V.b }; });
   window.addEventListener('pointermove', function (ev) {
     if (!drag) return;
     var dx = ev.clientX - drag.x;
@@ -715,8 +728,9 @@
   draw();
   route();
   var ready = Math.round(performance.now());
-  var mem = performance.memory ? performance.memory.usedJSHeapSize : null;
+  function heap() { return performance.memory ? performance.memory.usedJSHeapSize : null; }
   $('perf').textContent = 'drawn ' + ready + ' ms after the page was opened';
-  attrs(document.body, { 'data-ready-ms': ready, 'data-heap-bytes': mem, 'data-messages': M.n, 'data-segments': S.n,
+  attrs(document.body, { 'data-ready-ms': ready, 'data-heap-bytes': heap(), 'data-messages': M.n, 'data-segments': S.n,
     'data-trajectories': TR.n, 'data-facts': F.length });
+  setTimeout(function () { attrs(document.body, { 'data-heap-later-bytes': heap() }); }, 3000);
 })();
