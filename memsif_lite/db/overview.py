@@ -5,8 +5,9 @@ query, as plain rows (the view packs them into columns). Segments and trajectori
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
+from .. import store
 from .base import Table
 from .queue import QueuedStep
 
@@ -54,5 +55,4 @@ class Overview(Table):
             "SELECT kind, count(*) FROM work_queue GROUP BY kind ORDER BY kind")}
 
     def schema_version(self) -> int:
-        row: Any = self.con.execute("PRAGMA user_version").fetchone()
-        return int(row[0])
+        return store.schema_version(self.con)
