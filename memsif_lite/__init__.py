@@ -29,6 +29,7 @@ from .embed import Embedder, LiteLLMEmbedder, OnnxEmbedder, register_embedder  #
 from .memory import Memory  # noqa: E402
 from .homes import memory_path, open_memory  # noqa: E402
 from .merging import MergeReport  # noqa: E402
+from .view import ViewPage  # noqa: E402
 from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
@@ -45,6 +46,7 @@ __all__ = [
     "Memory",
     "open_memory",
     "MergeReport",
+    "ViewPage",
     "memory_path",
     "Config",
     "FactType",

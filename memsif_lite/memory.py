@@ -25,6 +25,7 @@ from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge, list_trajectories
 from .types import (ActiveFact, Added, CandidateCluster, Change, CoreFact, FactEvent, Message, SearchResult, Segment,
                     Trajectory, UndoReport)
+from .view import ViewPage, view_page
 from .worker import ProcessReport
 
 if TYPE_CHECKING:
@@ -203,6 +204,14 @@ class Memory:
     def stats(self) -> dict[str, int]:
         """Counts of everything in the file."""
         return self._read(lambda db: db.admin.stats())
+
+    def view(self, path: str | Path | None = None, *, live: str | None = None) -> ViewPage:
+        """The memory as one self-contained HTML page (:mod:`memsif_lite.view`), read in one snapshot;
+        written to ``path`` (0600) when given. ``live``: the stamp a served page polls for."""
+        if live is not None and not isinstance(live, str):
+            raise InvalidInputError("live must be a string (the file's stamp) or None")
+        page = self._read(lambda db: view_page(db, self.path, live=live))
+        return page if path is None else page.write(path)
 
     # -- facts -----------------------------------------------------------------------------------
     def facts(self, *, subject: str | None = None, type: str | None = None,  # noqa: A002 - the paper's name

@@ -106,6 +106,12 @@ def latest_version() -> int:
     return len(migrations())
 
 
+def schema_version(con: apsw.Connection) -> int:
+    """The schema version of an open file (older than :func:`latest_version` while a file opened
+    read-only was never opened for writing by this version)."""
+    return int(_sql(con, "PRAGMA user_version").fetchone()[0])
+
+
 def _load_vec(con: apsw.Connection) -> None:
     con.enable_load_extension(True)
     try:

@@ -65,6 +65,7 @@ CASES: list[tuple[str, list[str], set[str]]] = [
     ("backup", ["backup", "{tmp}/copy.db", "--db", "{db}"], {"db", "dest", "bytes"}),
     ("check", ["check", "--db", "{db}"], {"ok", "problems", "stats"}),
     ("demo", ["demo"], {"db", "added", "seconds", "stats", "timeline", "searches", "facts", "answers"}),
+    ("view", ["view", "--out", "{tmp}/memory.html", "--db", "{db}"], {"db", "out", "bytes", "stats"}),
 ]
 
 #: Commands that print no document meant for machines, and why.

@@ -38,7 +38,8 @@ Modules
     one error boundary and the ``memsif`` group, :mod:`.options` the shared options and the one
     way a memory file is opened; the commands by concern: :mod:`.reading`, :mod:`.writing`,
     :mod:`.files`, :mod:`.history` (``log``, ``undo``), :mod:`.demo`, :mod:`.serve` (``mcp``, which
-    serves stdio and prints no document).
+    serves stdio and prints no document), :mod:`.viewing` (``view``: the HTML page, written or served on
+    127.0.0.1).
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ from .files import backup, check, export, import_, merge
 from .history import log, undo
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
+from .viewing import view
 from .writing import add, forget, ingest, process
 
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, backup, check, log, undo, mcp, demo):
+                 import_, backup, check, log, undo, mcp, demo, view):
     main.add_command(_command)

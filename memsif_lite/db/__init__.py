@@ -12,6 +12,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``filters``   — filtered rankings and listings (speaker, session, time), "already present"
 * ``tombstones`` — hashes of forgotten messages; ``merge`` — what ``memsif merge`` reads and moves
 * ``changes``   — the change log (``facts`` tells it what every CoreFact write touches)
+* ``overview``  — whole-file listings for the HTML view (:mod:`memsif_lite.view`)
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -32,6 +33,7 @@ from .facts import CoreFacts, from_messages
 from .filtering import Filtering
 from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
+from .overview import Overview
 from .queue import Queue, QueuedStep
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
@@ -59,6 +61,7 @@ class Database:
         self.filters = Filtering(con)
         self.tombstones = Tombstones(con)
         self.merge = MergeRows(con, self.caches)
+        self.overview = Overview(con)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
