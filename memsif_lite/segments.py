@@ -13,7 +13,6 @@ extraction (:mod:`memsif_lite.steps`).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +22,7 @@ import numpy as np
 
 from . import prompts
 from .db import Database, Unit
+from .db.structure import entity_counts
 from .episodes import ATTACH, boundary_rule
 from .errors import StaleError
 from .llm import LLM
@@ -165,7 +165,7 @@ def list_segments(db: Database) -> list[Segment]:
     members = db.structure.memberships()
     out = []
     for sid, tid, ents, start, end, closed, title in db.structure.segment_rows():
-        counts = json.loads(ents)
+        counts = entity_counts(f"segment {sid}", ents)
         out.append(Segment(sid, tid, tuple(members.get(sid, ())), from_stored(start), from_stored(end),
                            tuple(sorted(counts)), title or label(counts), bool(closed)))
     return out

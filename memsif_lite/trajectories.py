@@ -9,13 +9,13 @@ compatible iff φ ≥ ``trajectory_threshold``.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from . import prompts
 from .db import Database, Unit
+from .db.structure import entity_counts
 from .llm import LLM
 from .matching import phi
 from .errors import StaleError
@@ -140,7 +140,7 @@ def list_trajectories(db: Database) -> list[Trajectory]:
     out = []
     for tid, ents, start, end, title in db.structure.trajectory_rows():
         ss = by_traj.get(tid, [])
-        counts = json.loads(ents)
+        counts = entity_counts(f"trajectory {tid}", ents)
         out.append(Trajectory(tid, tuple(s.id for s in ss), tuple(m for s in ss for m in s.message_ids),
                               from_stored(start), from_stored(end), tuple(sorted(counts)), title or label(counts)))
     return out

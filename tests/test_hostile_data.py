@@ -295,3 +295,31 @@ def test_export_refuses_its_own_memory_file_even_with_overwrite(memory, db, tmp_
         with pytest.raises(InvalidInputError, match="this memory file"):
             mem.export_to(dest, overwrite=True)
     assert mem.check() == [] and len(mem.messages()) == 1
+
+
+@pytest.mark.parametrize("entities", ["[1, 2]", "not json", '"a string"'])
+def test_listing_units_with_damaged_entities_is_a_clear_error(tmp_path, entities):
+    from memsif_lite.cli import main
+    db = tmp_path / "m.db"
+    with Memory(db) as mem:
+        mem.add_many([{"speaker": "Ana", "text": "Ana bakes rye bread", "session": "1"},
+                      {"speaker": "Ana", "text": "Ben fixed his bike", "session": "2"},
+                      {"speaker": "Ana", "text": "Cleo painted a fence", "session": "3"}])
+        mem.process()
+    for table in ("segments", "trajectories"):
+        _tamper(db, f"UPDATE {table} SET entities=? WHERE id=1", entities)
+        with Memory(db, read_only=True) as mem:
+            with pytest.raises(StorageCorruptError, match="entities of (segment|trajectory) 1"):
+                mem.segments() if table == "segments" else mem.trajectories()
+        _tamper(db, f"UPDATE {table} SET entities='{{}}' WHERE id=1")
+    _tamper(db, "UPDATE segments SET entities=? WHERE id=1", entities)
+    r = CliRunner().invoke(main, ["show", "--db", str(db)])
+    assert r.exit_code == 1 and "damaged" in r.output and "Traceback" not in r.output
+
+
+def _tamper(db: Path, sql: str, *args: str) -> None:
+    con = apsw.Connection(str(db))
+    try:
+        con.execute(sql, args)
+    finally:
+        con.close()

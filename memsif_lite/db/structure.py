@@ -55,6 +55,19 @@ def _entity_list(mid: int, text: Any) -> list[str]:
     return ents
 
 
+def entity_counts(what: str, text: Any) -> dict[str, int]:
+    """A segment's or trajectory's stored entity counts (a JSON object), or a clear error for a
+    damaged file (``what``: e.g. "segment 3")."""
+    try:
+        counts = json.loads(text)
+    except (TypeError, ValueError):
+        counts = None
+    if not isinstance(counts, dict):
+        raise StorageCorruptError(f"the entities of {what} are not a JSON object; the memory file is damaged "
+                                  "or was edited (run `memsif check`)")
+    return counts
+
+
 def malformed_units(con: Any, dim: int) -> list[str]:
     """``memsif check``: segments and trajectories that :meth:`Structure.load` would refuse."""
     out = []
