@@ -11,11 +11,13 @@ from .errors import (  # noqa: E402
     ConfigError,
     EmbeddingError,
     EmbeddingMismatchError,
+    EncryptedFileError,
     InvalidInputError,
     LLMError,
     MemoryFileError,
     MemsifError,
     NotAMemoryFileError,
+    NotEncryptedError,
     NotFoundError,
     ReadOnlyError,
     SchemaVersionError,
@@ -29,6 +31,7 @@ from .embed import Embedder, LiteLLMEmbedder, OnnxEmbedder, register_embedder  #
 from .memory import Memory  # noqa: E402
 from .homes import memory_path, open_memory  # noqa: E402
 from .merging import MergeReport  # noqa: E402
+from .encryption import decrypt, encrypt, rekey  # noqa: E402
 from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
@@ -44,6 +47,9 @@ from .types import (  # noqa: E402
 __all__ = [
     "Memory",
     "open_memory",
+    "encrypt",
+    "decrypt",
+    "rekey",
     "MergeReport",
     "memory_path",
     "Config",
@@ -70,6 +76,8 @@ __all__ = [
     "NotAMemoryFileError",
     "SchemaVersionError",
     "EmbeddingMismatchError",
+    "EncryptedFileError",
+    "NotEncryptedError",
     "InvalidInputError",
     "ConfigError",
     "ReadOnlyError",
