@@ -17,7 +17,7 @@ from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyError
 from .filters import Criteria, MessageFilter
 from .forgetting import forget
-from .keys import as_key
+from .keys import KeyLike, as_key
 from .llm import ModelHealth, require_litellm
 from .merging import MergeReport, merge_file
 from .query import Answer, Context
@@ -49,7 +49,7 @@ class Memory:
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,
                  boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None,
-                 process: str | None = None, read_only: bool = False, key: str | bytes | None = None):
+                 process: str | None = None, read_only: bool = False, key: KeyLike | None = None):
         if config is not None and not isinstance(config, Config):
             raise InvalidInputError("config must be a memsif_lite.Config")
         if llm is not None and (not isinstance(llm, str) or not llm.strip()):
@@ -250,7 +250,7 @@ class Memory:
         with self._session("import_from") as db:
             return db.admin.import_from(Path(path), model_id=emb.model_id, dim=emb.dim)
 
-    def merge_from(self, path: str | Path, *, dry_run: bool = False, key: str | bytes | None = None) -> MergeReport:
+    def merge_from(self, path: str | Path, *, dry_run: bool = False, key: KeyLike | None = None) -> MergeReport:
         """Bring in what another copy of this memory has, in one transaction (:mod:`memsif_lite.merging`);
         ``key`` opens the other file if it is encrypted (it is only read, never written)."""
         def run(db: Database) -> MergeReport:

@@ -276,7 +276,7 @@ def inspect(path: str | Path, *, key: Key | None = None) -> FileInfo | None:
     plain = head.startswith(_SQLITE_MAGIC)
     if key is None and not plain:
         if _looks_encrypted(head):
-            raise EncryptedFileError(f"this memory file is encrypted: give its key ({p})", key_given=False)
+            raise EncryptedFileError(f"{p}: this memory file is encrypted: give its key", key_given=False)
         raise NotAMemoryFileError(f"{p} is not an SQLite database (and so not a memsif memory file)")
     if key is not None and plain:
         raise NotEncryptedError(f"{p} is not encrypted, so it is not opened with a key (open it without one, "
@@ -334,8 +334,8 @@ def _inspect_sqlite(p: Path, key: Key | None) -> FileInfo | None:
             _sql(con, "COMMIT")
         except apsw.NotADBError as e:
             if key is not None:  # the key does not decrypt the first page
-                raise EncryptedFileError(f"this memory file is encrypted and the key given does not open it ({p}); "
-                                         "or it is not a memsif memory file", key_given=True) from None
+                raise EncryptedFileError(f"{p}: this memory file is encrypted and the key given does not open it "
+                                         "(or it is not a memsif memory file)", key_given=True) from None
             raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
         except apsw.CorruptError as e:
             raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e

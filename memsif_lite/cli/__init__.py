@@ -48,7 +48,7 @@ from memsif_lite.jsonable import to_jsonable
 
 from .boundary import main
 from .demo import demo
-from .files import backup, check, export, import_, merge
+from .files import backup, check, decrypt, encrypt, export, import_, merge, rekey
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
 from .writing import add, forget, ingest, process
@@ -56,5 +56,5 @@ from .writing import add, forget, ingest, process
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, backup, check, mcp, demo):
+                 import_, backup, check, encrypt, decrypt, rekey, mcp, demo):
     main.add_command(_command)
