@@ -483,18 +483,20 @@ class QuietReads:
         return once()
 
 
-def _create_private(path: Path) -> None:
+def _create_private(path: Path) -> bool:
     """A new memory file is created 0600 whatever the umask (SQLite gives its ``-wal`` and ``-shm``
-    the main file's mode); never through a symbolic link whose target does not exist."""
+    the main file's mode); never through a symbolic link whose target does not exist. Returns
+    whether this call created it."""
     if path.is_symlink() and not path.exists():
         raise MemoryFileError(f"{path} is a symbolic link to a file that does not exist; refusing to create it")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
-        return  # made by another process just now (or an existing file): SQLite opens it as it is
+        return False  # made by another process just now (or an existing file): SQLite opens it as it is
     except OSError as e:
         raise MemoryFileError(f"cannot create {path}: {e.strerror or e}") from e
     os.close(fd)
+    return True
 
 
 def connect(
@@ -517,17 +519,24 @@ def connect(
         require_cipher()  # before a new file is created
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     name = str(path)
+    created = False
     if readonly and immutable:
         flags |= apsw.SQLITE_OPEN_URI
         name = "file:" + _uri_path(Path(path)) + "?mode=ro&immutable=1"
     elif not readonly and not Path(path).exists():
-        _create_private(Path(path))
+        created = _create_private(Path(path))
     try:
         con = apsw.Connection(name, flags=flags)
     except apsw.Error as e:
         raise MemoryFileError(f"cannot open {path}: {e}") from e
     try:
-        _apply_key(con, key)
+        try:
+            _apply_key(con, key)
+        except MemoryFileError:  # a key this SQLite cannot apply: the empty file made for it goes again
+            con.close()
+            if created and Path(path).stat().st_size == 0:
+                Path(path).unlink()
+            raise
         _harden(con)
         _load_vec(con)
         con.setbusytimeout(busy_timeout_ms)
@@ -653,6 +662,10 @@ def convert(path: str | Path, *, key: Key | None, new_key: Key | None) -> None:
     stamp = quiet_stamp(p)
     if stamp is None:
         raise MemoryFileError(f"{p} is open in another program (its -wal file is there): close it and try again")
+    left = re.compile(rf"\.{re.escape(p.name)}\.[A-Za-z0-9_]{{8}}\.converting")
+    for old in p.parent.iterdir():  # copies a conversion killed before its rename left
+        if left.fullmatch(old.name) and old.is_file() and not old.is_symlink():
+            old.unlink(missing_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".converting", dir=p.parent)  # 0600
     os.close(fd)
     tmp = Path(name)
