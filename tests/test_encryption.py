@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from fakes import FakeEmbedder, raw
-from memsif_lite import (Config, EncryptedFileError, InvalidInputError, Memory, MemoryFileError, NotEncryptedError,
-                         decrypt, encrypt, open_memory, prompts, rekey)
+from memsif_lite import (Config, EncryptedFileError, InvalidInputError, Memory, MemoryFileError, MemsifError,
+                         NotEncryptedError, decrypt, encrypt, open_memory, prompts, rekey)
 from memsif_lite.cli import main
 from memsif_lite.keys import as_key
 
@@ -351,3 +351,22 @@ def test_a_key_through_a_vfs_that_does_not_encrypt_is_refused(tmp_path):
     finally:
         vfs.unregister()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_changed_byte_is_refused_not_read_differently(tmp_path):
+    """Each page carries its Poly1305 tag: a byte changed by anyone without the key makes the file
+    refused or its page unreadable (a MemsifError), never quietly different."""
+    db = tmp_path / "me.db"
+    with Memory(db, embedder=FakeEmbedder(), key=KEY) as mem:
+        mem.add_many([{"speaker": "A", "text": f"message {i} " + "x" * 300} for i in range(60)])
+    data = bytearray(db.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    db.write_bytes(bytes(data))
+    try:
+        with Memory(db, embedder=FakeEmbedder(), key=KEY) as mem:
+            problems = mem.check()
+            texts = [m.text for m in mem.messages()]
+    except MemsifError:
+        return  # refused, or a read of the changed page failed
+    assert problems, "a changed byte went unnoticed"
+    assert texts == [f"message {i} " + "x" * 300 for i in range(60)]
