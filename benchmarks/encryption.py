@@ -28,6 +28,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CachedEmbedder, conversation_files, machine, pct  # noqa: E402
@@ -50,15 +51,17 @@ def workload(data: Path, n_messages: int, n_questions: int) -> tuple[list[dict],
     return msgs[:n_messages], questions[:n_questions]
 
 
-def measure(data: Path, n_messages: int, n_questions: int, keys: list[str | None]) -> dict:
+def measure(data: Path, n_messages: int, n_questions: int, keys: list[str | None], cache: bool = True) -> dict:
     """add and context latencies (ms) for a file per key in ``keys``, interleaved."""
     from memsif_lite import Memory
     from memsif_lite.embed import OnnxEmbedder
 
     msgs, questions = workload(data, n_messages, n_questions)
-    emb = CachedEmbedder(OnnxEmbedder(), "encryption-bench")
-    emb.embed([f"{m['speaker']}: {m['text']}" for m in msgs], kind="passage")  # warm (and keep) the cache
-    emb.save()
+    emb: Any = OnnxEmbedder()
+    if cache:
+        emb = CachedEmbedder(emb, "encryption-bench")
+        emb.embed([f"{m['speaker']}: {m['text']}" for m in msgs], kind="passage")  # warm (and keep) the cache
+        emb.save()
     names = ["plain" if k is None else "encrypted" for k in keys]
     out: dict = {n: {"add_ms": [], "context_ms": []} for n in names}
     with tempfile.TemporaryDirectory() as d:
@@ -194,6 +197,7 @@ def main() -> None:
     ap.add_argument("--engines", action="store_true", help="also compare apsw and apsw-sqlite3mc (downloads both)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None, help="write the report here too")
+    ap.add_argument("--no-cache", action="store_true", help="embed passages as they are added (no on-disk cache)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:  # one engine, plain file only
@@ -202,7 +206,7 @@ def main() -> None:
         res = measure(args.data, args.messages, args.questions, [None])
         print(json.dumps({**res, "engine_can_encrypt": hasattr(apsw, "mc_version")}))
         return
-    res = measure(args.data, args.messages, args.questions, [None, KEY])
+    res = measure(args.data, args.messages, args.questions, [None, KEY], cache=not args.no_cache)
     eng = engines(args.data, args.messages, args.questions, args.rounds) if args.engines else None
     text = report(res, eng)
     print(text, end="")

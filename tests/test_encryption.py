@@ -284,6 +284,10 @@ def test_cli_keys_from_the_environment_a_file_or_a_command_never_shown(tmp_path)
     r = _run(["merge", db, "--db", plain, "--json"], MEMSIF_OTHER_KEY="new key")
     assert r.exit_code == 0 and json.loads(r.output)["added"] == 1, r.output
     assert b"Quokkaville" in Path(plain).read_bytes() and b"new key" not in Path(plain).read_bytes()
+    dump, copy = str(tmp_path / "dump.jsonl"), str(tmp_path / "copy.db")
+    assert _run(["export", "--db", db, "--out", dump], MEMSIF_KEY="new key").exit_code == 0
+    r = _run(["import", dump, "--db", copy], MEMSIF_KEY_FILE=str(keyfile))  # into a new file, encrypted
+    assert r.exit_code == 0 and b"Quokkaville" not in Path(copy).read_bytes(), r.output
     r = _run(["decrypt", "--db", db], MEMSIF_KEY="new key")
     assert r.exit_code == 0 and b"Quokkaville" in Path(db).read_bytes()
     assert _run(["encrypt", "--db", db, "--key-file", str(keyfile)]).exit_code == 0
