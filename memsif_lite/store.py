@@ -666,7 +666,10 @@ def convert(path: str | Path, *, key: Key | None, new_key: Key | None) -> None:
     for old in p.parent.iterdir():  # copies a conversion killed before its rename left
         if left.fullmatch(old.name) and old.is_file() and not old.is_symlink():
             old.unlink(missing_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".converting", dir=p.parent)  # 0600
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".converting", dir=p.parent)  # 0600
+    except OSError as e:
+        raise MemoryFileError(f"cannot write the converted copy beside {p}: {e.strerror or e}") from None
     os.close(fd)
     tmp = Path(name)
     try:

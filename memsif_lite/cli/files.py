@@ -15,9 +15,10 @@ import click
 from memsif_lite import encryption
 from memsif_lite.errors import EncryptedFileError, MemoryFileError, MemsifError
 from memsif_lite.homes import make_private_dirs
+from memsif_lite.keys import Key
 
 from .boundary import command
-from .keys import KEY, NEW_KEY, OTHER_KEY, asked_key, given_key, key_options
+from .keys import KEY, NEW_KEY, OTHER_KEY, KeySource, asked_key, given_key, key_options
 from .options import file_options, key_file_options, open_memory, writable_parent
 from .output import output, plural, stats_line
 
@@ -163,7 +164,7 @@ def check(db: str, config: str | None) -> dict[str, Any]:
     return {"ok": not problems, "problems": problems, "stats": st}
 
 
-def _key_for(db: str, source: Any = KEY, *, confirm: bool = False) -> Any:
+def _key_for(db: str, source: KeySource = KEY, *, confirm: bool = False) -> Key:
     """The key given for ``db`` (MEMSIF_KEY & co), else typed at a prompt on a terminal."""
     key = given_key(source) or asked_key(source, db, confirm=confirm)
     if key is None:
