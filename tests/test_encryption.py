@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import shlex
 import subprocess
 import sys
@@ -262,8 +263,8 @@ def test_cli_keys_from_the_environment_a_file_or_a_command_never_shown(tmp_path)
     assert b"Quokkaville" not in Path(db).read_bytes()
     for extra, env in (([], {"MEMSIF_KEY": KEY}), (["--key-file", str(keyfile)], {}), (["--key-command", command], {}),
                        ([], {"MEMSIF_KEY_FILE": str(keyfile)})):
-        r = _run(["search", "Quokkaville", "--db", db, "--json", *extra], **env)
-        assert r.exit_code == 0 and json.loads(r.output)["results"][0]["text"] == "I live in Quokkaville.", r.output
+        r = _run(["messages", "--db", db, "--json", *extra], **env)
+        assert r.exit_code == 0 and json.loads(r.output)["messages"][0]["text"] == "I live in Quokkaville.", r.output
     for args, env, code, says in [
             (["stats", "--db", db], {}, 1, "this memory file is encrypted: give its key (set MEMSIF_KEY"),
             (["stats", "--db", db], {"MEMSIF_KEY": KEY + "x"}, 1, "does not open it"),
@@ -311,9 +312,11 @@ def test_a_key_is_asked_for_on_a_terminal(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "memsif_lite.cli", "stats", "--db", str(db), "--json"],
                             stdin=child, stdout=subprocess.PIPE, stderr=child, env=env, preexec_fn=terminal)
     os.close(child)
-    seen = b""
-    while b"Key of" not in seen:
-        seen += os.read(parent, 1024)
+    seen, deadline = b"", time.monotonic() + 60
+    while b"Key of" not in seen and time.monotonic() < deadline:
+        if select.select([parent], [], [], 1.0)[0]:
+            seen += os.read(parent, 1024)
+    assert b"Key of" in seen, seen
     os.write(parent, KEY.encode() + b"\n")
     out, _ = proc.communicate(timeout=60)
     os.close(parent)
