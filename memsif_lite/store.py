@@ -137,12 +137,16 @@ def _apply_key(con: apsw.Connection, key: Key | None) -> None:
     if key is None:
         return
     require_cipher()
+    keyed = False
     try:
         _sql(con, "PRAGMA cipher='chacha20'").fetchall()
         _sql(con, f"PRAGMA hexkey='{key.sql_hex()}'").fetchall()
+        keyed = True
     except apsw.Error:
+        pass  # raised below, outside this block: not even the exception's context keeps the statement
+    if not keyed:
         raise MemoryFileError("cannot set the encryption key: the SQLite VFS in use does not encrypt "
-                              f"({con.vfsname('main') or 'unknown VFS'})") from None
+                              f"({con.vfsname('main') or 'unknown VFS'})")
 
 
 def _looks_encrypted(head: bytes) -> bool:
@@ -696,10 +700,14 @@ def _copy_with_key(src: Path, dest: Path, key: Key | None, new_key: Key | None) 
         counts = _counts(con)
         target = "file:" + _uri_path(dest) + (f"?cipher=chacha20&hexkey={new_key.sql_hex()}" if new_key else "?key=")
         con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM INTO attaches its target
+        failed = None
         try:
             _sql(con, "VACUUM INTO ?", (target,))
-        except apsw.Error as e:  # SQLite names the target (and so the key) in some messages
-            raise MemoryFileError(f"could not write the converted copy of {src}: {type(e).__name__}") from None
+        except apsw.Error as e:  # SQLite names the target (and so the key) in some messages: only its kind
+            failed = type(e).__name__
+        del target
+        if failed is not None:
+            raise MemoryFileError(f"could not write the converted copy of {src}: {failed}")
     finally:
         con.close()
     if inspect(dest, key=new_key) is None:
