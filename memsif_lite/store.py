@@ -666,8 +666,8 @@ def convert(path: str | Path, *, key: Key | None, new_key: Key | None) -> None:
     stamp = quiet_stamp(p)
     if stamp is None:
         raise MemoryFileError(f"{p} is open in another program (its -wal file is there): close it and try again")
-    left = re.compile(rf"\.{re.escape(p.name)}\.[A-Za-z0-9_]{{8}}\.converting")
-    for old in p.parent.iterdir():  # copies a conversion killed before its rename left
+    left = re.compile(rf"\.{re.escape(p.name)}\.[A-Za-z0-9_]{{8}}\.converting(-journal|-wal|-shm)?")
+    for old in p.parent.iterdir():  # copies (and their side files) a conversion killed before its rename left
         if left.fullmatch(old.name) and old.is_file() and not old.is_symlink():
             old.unlink(missing_ok=True)
     try:

@@ -240,7 +240,7 @@ def test_kill_9_during_encrypt_leaves_the_file_plain_or_encrypted_never_lost(tmp
         return took
 
     whole = run(None)  # how long one conversion takes here; then killed at points across it
-    for part in (0.1, 0.4, 0.7, 0.9, 1.1):
+    for part in (0.2, 0.6, 0.9, 1.1):
         run(whole * part)
     run(None)  # removes the copies the killed ones left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["convert.py", "e.jsonl", "me.db"]
