@@ -11,11 +11,13 @@ from .errors import (  # noqa: E402
     ConfigError,
     EmbeddingError,
     EmbeddingMismatchError,
+    EncryptedFileError,
     InvalidInputError,
     LLMError,
     MemoryFileError,
     MemsifError,
     NotAMemoryFileError,
+    NotEncryptedError,
     NotFoundError,
     ReadOnlyError,
     SchemaVersionError,
@@ -30,6 +32,7 @@ from .memory import Memory  # noqa: E402
 from .homes import memory_path, open_memory  # noqa: E402
 from .merging import MergeReport  # noqa: E402
 from .view import ViewPage  # noqa: E402
+from .encryption import decrypt, encrypt, rekey  # noqa: E402
 from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
@@ -45,6 +48,9 @@ from .types import (  # noqa: E402
 __all__ = [
     "Memory",
     "open_memory",
+    "encrypt",
+    "decrypt",
+    "rekey",
     "MergeReport",
     "ViewPage",
     "memory_path",
@@ -72,6 +78,8 @@ __all__ = [
     "NotAMemoryFileError",
     "SchemaVersionError",
     "EmbeddingMismatchError",
+    "EncryptedFileError",
+    "NotEncryptedError",
     "InvalidInputError",
     "ConfigError",
     "ReadOnlyError",

@@ -4,7 +4,9 @@ MemsifError
 ├── MemoryFileError          the file cannot be used as a memory file
 │   ├── NotAMemoryFileError  not SQLite, or SQLite that memsif_lite did not write
 │   ├── SchemaVersionError   written by a newer memsif_lite (or an unknown schema)
-│   └── EmbeddingMismatchError  written with another embedding model / dimension
+│   ├── EmbeddingMismatchError  written with another embedding model / dimension
+│   ├── EncryptedFileError   encrypted, and no key or a wrong key was given
+│   └── NotEncryptedError    a key was given for a file that is not encrypted
 ├── InvalidInputError        bad text, timestamp, session, ids (also a ValueError)
 │   └── InvalidMessageError  one message of a batch refused (its ``index`` and ``reason``)
 ├── ConfigError              invalid configuration values, or an optional extra that is not installed
@@ -32,6 +34,8 @@ __all__ = [
     "NotAMemoryFileError",
     "SchemaVersionError",
     "EmbeddingMismatchError",
+    "EncryptedFileError",
+    "NotEncryptedError",
     "InvalidInputError",
     "InvalidMessageError",
     "ConfigError",
@@ -65,6 +69,20 @@ class SchemaVersionError(MemoryFileError):
 
 class EmbeddingMismatchError(MemoryFileError):
     """The file was written with a different embedding model, dimension or metric."""
+
+
+class EncryptedFileError(MemoryFileError):
+    """The file is encrypted and no key (``key_given`` false) or a key that does not open it was
+    given; it was left untouched. The message never holds the key."""
+
+    def __init__(self, message: str, *, key_given: bool):
+        super().__init__(message)
+        self.key_given = key_given
+
+
+class NotEncryptedError(MemoryFileError):
+    """A key was given for a file that is not encrypted: it is refused rather than used
+    unencrypted (encrypt it first: ``memsif encrypt`` / :func:`memsif_lite.encrypt`)."""
 
 
 class InvalidInputError(MemsifError, ValueError):

@@ -17,6 +17,7 @@ from .embed import Embedder
 from .errors import InvalidInputError, MemoryFileError, NotFoundError, ReadOnlyError
 from .filters import Criteria, MessageFilter
 from .forgetting import forget
+from .keys import KeyLike, as_key
 from .llm import ModelHealth, require_litellm
 from .merging import MergeReport, merge_file
 from .query import Answer, Context
@@ -43,12 +44,13 @@ class Memory:
     ``embedder`` replaces the model the file records (:class:`~memsif_lite.embed.Embedder`);
     ``boundary_judge`` / ``trajectory_judge`` the judges (:mod:`memsif_lite.segments`,
     :mod:`memsif_lite.trajectories`); ``process``: ``"inline"``, ``"background"`` or ``"manual"``
-    (:class:`~memsif_lite.modes.Mode`)."""
+    (:class:`~memsif_lite.modes.Mode`). ``key``: the file is encrypted with this passphrase or key
+    bytes (a new file is created encrypted; :mod:`memsif_lite.keys`)."""
 
     def __init__(self, path: str | Path, *, config: Config | None = None, llm: str | None = None,
                  llm_kwargs: Mapping[str, Any] | None = None, embedder: Embedder | None = None,
                  boundary_judge: BoundaryJudge | None = None, trajectory_judge: TrajectoryJudge | None = None,
-                 process: str | None = None, read_only: bool = False):
+                 process: str | None = None, read_only: bool = False, key: KeyLike | None = None):
         if config is not None and not isinstance(config, Config):
             raise InvalidInputError("config must be a memsif_lite.Config")
         if llm is not None and (not isinstance(llm, str) or not llm.strip()):
@@ -57,15 +59,17 @@ class Memory:
             raise InvalidInputError("llm_kwargs must be a mapping of litellm keyword arguments")
         if llm is not None:
             require_litellm()  # a clear ConfigError naming the `llm` extra, before any file is touched
-        self.path = Path(path)
+        self.path, secret = Path(path), as_key(key)
         self.config = cfg = config or Config()
         self.read_only = bool(read_only)
         self._lock = threading.RLock()
-        self._db, emb, self._quiet = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only)
+        self._db, emb, self._quiet = pipelines.open_database(self.path, cfg, embedder, read_only=self.read_only,
+                                                             key=secret)
         self._closed = False
         self._health = ModelHealth(down_after=cfg.llm_down_after, backoff_s=cfg.llm_backoff_s,
                                    schema_mode=cfg.llm_schema)
-        self._setup = pipelines.Setup(self._quiet.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge)
+        self._setup = pipelines.Setup(self._quiet.path, cfg, emb, llm, llm_kwargs, boundary_judge, trajectory_judge,
+                                      secret)
         self._mode = "manual" if self.read_only else process
         self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
 
@@ -84,6 +88,8 @@ class Memory:
                     self._processor.close(2.0)
                 finally:
                     self._db.close()
+                    if self._setup.key is not None:  # the key stays in memory only while the file is open
+                        self._setup.key.wipe()
 
     @contextlib.contextmanager
     def _session(self, write: str | None = None) -> Iterator[Database]:
@@ -111,7 +117,7 @@ class Memory:
         """Another process has the file open: read it from now on as SQLite coordinates readers
         with a writer (through its ``-shm``), on a new connection."""
         old = self._db
-        self._db = pipelines.reopen(self._quiet.path, self.config, self._setup.emb, read_only=True)
+        self._db = pipelines.reopen(self._quiet.path, self.config, self._setup.emb, read_only=True, key=self._setup.key)
         self._quiet = store.QuietReads(self._quiet.path, None)
         self._processor.close(0.0)
         self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
@@ -271,11 +277,12 @@ class Memory:
         with self._session("import_from") as db:
             return db.admin.import_from(Path(path), model_id=emb.model_id, dim=emb.dim)
 
-    def merge_from(self, path: str | Path, *, dry_run: bool = False) -> MergeReport:
-        """Bring in what another copy of this memory has, in one transaction (:mod:`memsif_lite.merging`)."""
+    def merge_from(self, path: str | Path, *, dry_run: bool = False, key: KeyLike | None = None) -> MergeReport:
+        """Bring in what another copy of this memory has, in one transaction (:mod:`memsif_lite.merging`);
+        ``key`` opens the other file if it is encrypted (it is only read, never written)."""
         def run(db: Database) -> MergeReport:
             return merge_file(db, path, mine=self.path, pipes=self._p, cfg=self.config,
-                              process_now=self._processor.in_add, dry_run=dry_run)
+                              process_now=self._processor.in_add, dry_run=dry_run, key=key)
 
         if dry_run:
             return self._read(run, snapshot=False)
@@ -285,7 +292,8 @@ class Memory:
             return report
 
     def backup(self, dest: str | Path) -> None:
-        """A consistent, self-contained copy (``VACUUM INTO``), safe while others write."""
+        """A consistent, self-contained copy (``VACUUM INTO``), safe while others write; encrypted
+        with this file's key if it is encrypted."""
         self._read(lambda db: db.admin.backup(dest), snapshot=False, undo=Path(dest).unlink)
 
     def check(self) -> list[str]:

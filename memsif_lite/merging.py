@@ -3,7 +3,8 @@ memory has, without losing, duplicating or resurrecting anything.
 
 * The other file is untrusted: :func:`memsif_lite.store.inspect` refuses it exactly as
   ``Memory(...)`` would (same typed errors) before it is opened, read-only, and its messages are
-  validated like input. It is never written.
+  validated like input. It is never written. If it is encrypted, its own key (``key=``) opens
+  it; that key is used for this read only and wiped after it, never stored.
 * **Messages** present in both (same ``source_id`` and speaker, else same speaker, text and time:
   :meth:`~memsif_lite.db.filtering.Filtering.already_present`) are kept once; the others are added
   with their time and UTC offset. A file written with another embedding model has its messages
@@ -48,6 +49,7 @@ from .errors import InvalidInputError, MemoryFileError
 from .forgetting import forget_message, recompute_unit
 from .int8 import dequantize, quantize
 from .ingest import MessageIn
+from .keys import Key, KeyLike, as_key
 from .pipelines import Pipelines
 from .steps import REKEYED, STEPS, Rebuild, StepKind
 from .timeutil import now_stored
@@ -103,17 +105,21 @@ class OtherFile:
     file_id: str = "unknown"
 
 
-def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> OtherFile:
-    """Inspect (as ``Memory(...)`` does: the same typed errors), open read-only, read and validate."""
+def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int, key: Key | None = None) -> OtherFile:
+    """Inspect (as ``Memory(...)`` does: the same typed errors), open read-only (with ``key`` if
+    it is encrypted), read and validate."""
     p = Path(path)
-    info = store.inspect(p)
+    if key is not None:
+        store.require_cipher()
+    info = store.inspect(p, key=key)
     if info is None:
         raise MemoryFileError(f"no memory file at {p}")
     dim = int(info.meta["embedding_dim"])
     model_id = info.meta.get("embedding_model", "")
     quiet = store.QuietReads.now(p)  # nothing is written beside a file no one else has open
     while True:
-        con = store.connect(p, dim=dim, busy_timeout_ms=busy_timeout_ms, readonly=True, immutable=quiet.immutable)
+        con = store.connect(p, dim=dim, busy_timeout_ms=busy_timeout_ms, readonly=True, immutable=quiet.immutable,
+                            key=key)
         try:
             db = Database(con)
             with db.read():
@@ -148,12 +154,18 @@ def _validate(m: FullMessage, dim: int, max_chars: int, p: Path) -> None:
 
 
 def merge_file(db: Database, path: str | Path, *, mine: Path, pipes: Pipelines, cfg: Config, process_now: bool,
-               dry_run: bool) -> MergeReport:
-    """``Memory.merge_from``: read and check the other file, then :func:`merge`."""
+               dry_run: bool, key: KeyLike | None = None) -> MergeReport:
+    """``Memory.merge_from``: read and check the other file (opened with ``key``, wiped once it
+    is read), then :func:`merge`."""
     p = Path(path)
+    secret = as_key(key, "other file's key")
     if p.exists() and mine.exists() and p.resolve() == mine.resolve():
         raise InvalidInputError(f"{p} is this memory file; merge another copy into it")
-    other = read_other(p, busy_timeout_ms=cfg.busy_timeout_ms, max_chars=cfg.max_message_chars)
+    try:
+        other = read_other(p, busy_timeout_ms=cfg.busy_timeout_ms, max_chars=cfg.max_message_chars, key=secret)
+    finally:
+        if secret is not None:
+            secret.wipe()
     return merge(db, other, embeddings=pipes.embeddings, active_store=pipes.active_facts, worker=pipes.worker,
                  process_now=process_now, dry_run=dry_run)
 

@@ -24,6 +24,7 @@ from .db import Database
 from .embed import Embedder, Embeddings, query_levels, recorded_embedder, resolve_embedder
 from .errors import InvalidInputError, MemoryFileError
 from .ingest import IngestPipeline
+from .keys import Key
 from .llm import LLM, CallRecord, ModelHealth
 from .query import QueryPipeline
 from .retrieval import Retriever
@@ -136,6 +137,9 @@ class Setup:
     llm_kwargs: Mapping[str, Any] | None
     boundary_judge: BoundaryJudge | None
     trajectory_judge: TrajectoryJudge | None
+    #: the file's encryption key (None: not encrypted), for the background worker's connection
+    #: and a read-only memory's reopening; wiped when the memory closes
+    key: Key | None = None
 
 
 def choose_mode(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -> Mode:
@@ -145,7 +149,8 @@ def choose_mode(s: Setup, mode: str | None, p: Pipelines, health: ModelHealth) -
         raise InvalidInputError(f"process must be one of {', '.join(Mode.MODES)}")
 
     def open_worker() -> tuple[Worker, Callable[[], None]]:
-        con = connect(s.path, dim=s.emb.dim, synchronous=s.cfg.synchronous, busy_timeout_ms=s.cfg.busy_timeout_ms)
+        con = connect(s.path, dim=s.emb.dim, synchronous=s.cfg.synchronous, busy_timeout_ms=s.cfg.busy_timeout_ms,
+                      key=s.key)
         db = Database(con)
         bp = build(db, s.cfg, s.emb, make_llm(db, s.llm, s.llm_kwargs, s.cfg, health),
                    boundary_judge=s.boundary_judge, trajectory_judge=s.trajectory_judge)
@@ -174,20 +179,23 @@ def check_meta(db: Database, emb: Embedder, cfg: Config, path: Path, *, write: b
             db.admin.set_meta(fact_schema=schema)
 
 
-def open_database(path: Path, cfg: Config, embedder: Embedder | None, *,
-                  read_only: bool) -> tuple[Database, Embedder, store.QuietReads]:
-    """Inspect the file (refusing foreign, newer or hostile files before anything else), pick
-    the embedder, connect and check the meta. ``read_only`` opens an existing file only,
-    without writing to it, nor beside it while no one else has it open (the returned
-    :class:`~memsif_lite.store.QuietReads`; never quiet for a writer)."""
+def open_database(path: Path, cfg: Config, embedder: Embedder | None, *, read_only: bool,
+                  key: Key | None = None) -> tuple[Database, Embedder, store.QuietReads]:
+    """Inspect the file (refusing foreign, newer or hostile files, and a wrong or missing key,
+    before anything else), pick the embedder, connect and check the meta. ``read_only`` opens an
+    existing file only, without writing to it, nor beside it while no one else has it open (the
+    returned :class:`~memsif_lite.store.QuietReads`; never quiet for a writer). ``key``: the file
+    is encrypted with it (a new file is created encrypted)."""
+    if key is not None:
+        store.require_cipher()
     quiet = store.QuietReads.now(path) if read_only else store.QuietReads(path, None)
-    info = store.inspect(path)
+    info = store.inspect(path, key=key)
     if read_only and info is None:
         raise MemoryFileError(f"no memory file at {path} (opening read-only never creates one)")
     emb = embedder or embedder_for(cfg, info)
     if info is not None:  # a file made with another model is refused before it is opened for writing
         check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, path)
-    db = reopen(path, cfg, emb, read_only=read_only, immutable=quiet.immutable)
+    db = reopen(path, cfg, emb, read_only=read_only, immutable=quiet.immutable, key=key)
     try:
         with map_errors():
             check_meta(db, emb, cfg, path, write=not read_only)
@@ -197,9 +205,10 @@ def open_database(path: Path, cfg: Config, embedder: Embedder | None, *,
     return db, emb, quiet
 
 
-def reopen(path: Path, cfg: Config, emb: Embedder, *, read_only: bool, immutable: bool = False) -> Database:
+def reopen(path: Path, cfg: Config, emb: Embedder, *, read_only: bool, immutable: bool = False,
+           key: Key | None = None) -> Database:
     """A connection to an inspected file (:func:`open_database`), e.g. a read-only one again the
     shared way once another process opened the file (:class:`~memsif_lite.store.QuietReads`)."""
     return Database(store.connect(path, dim=emb.dim, synchronous=cfg.synchronous,
                                   busy_timeout_ms=cfg.busy_timeout_ms, readonly=read_only, immutable=immutable,
-                                  initial_meta=initial_meta(emb)))
+                                  initial_meta=initial_meta(emb), key=key))

@@ -2,6 +2,8 @@
 
 Opening a file happens in two steps (see ../README.md "Guarantees"):
 
+0. On every connection, an encrypted file's key is set first, before any statement reads the
+   file (:func:`_apply_key`: SQLite3 Multiple Ciphers, ChaCha20-Poly1305).
 1. *Inspect* it read-only with no extension loaded: it must be SQLite, pass ``quick_check``,
    carry our ``application_id``, a ``user_version`` we know, and exactly the schema objects our
    migrations create (so no foreign table, trigger or view rides along).
@@ -20,6 +22,7 @@ import json
 import logging
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -31,9 +34,12 @@ import numpy as np
 import sqlite_vec
 
 from .errors import (
+    ConfigError,
     EmbeddingMismatchError,
+    EncryptedFileError,
     MemoryFileError,
     NotAMemoryFileError,
+    NotEncryptedError,
     SchemaVersionError,
     StorageBusyError,
     StorageCorruptError,
@@ -41,9 +47,10 @@ from .errors import (
     StorageFullError,
 )
 from .int8 import quantize
+from .keys import Key
 
 __all__ = ["APPLICATION_ID", "FileInfo", "QuietReads", "inspect", "quiet_stamp", "connect", "write", "map_errors",
-           "migrations", "expected_schema", "read_meta", "set_meta", "check_embedding"]
+           "migrations", "expected_schema", "read_meta", "set_meta", "check_embedding", "require_cipher", "convert"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -120,13 +127,53 @@ def _load_vec(con: apsw.Connection) -> None:
         con.enable_load_extension(False)
 
 
+def require_cipher() -> None:
+    """A key needs SQLite3 Multiple Ciphers (the ``apsw-sqlite3mc`` build of apsw, memsif's
+    dependency); a plain ``apsw`` installed over it (both provide the module ``apsw``) cannot encrypt."""
+    if not hasattr(apsw, "mc_version"):
+        raise ConfigError(
+            "this apsw cannot encrypt (it is not the apsw-sqlite3mc build memsif_lite depends on; another "
+            "package's plain apsw replaced it): pip install --force-reinstall --no-deps apsw-sqlite3mc")
+
+
+def _apply_key(con: apsw.Connection, key: Key | None) -> None:
+    """Key a new connection: the first statements it runs, before anything reads the file. The
+    cipher is named, not left to the build's default, so every build reads the file the same way.
+    Errors never carry the statement (it holds the key)."""
+    if key is None:
+        return
+    require_cipher()
+    keyed = False
+    try:
+        _sql(con, "PRAGMA cipher='chacha20'").fetchall()
+        _sql(con, f"PRAGMA hexkey='{key.sql_hex()}'").fetchall()
+        keyed = True
+    except apsw.Error:
+        pass  # raised below, outside this block: not even the exception's context keeps the statement
+    if not keyed:
+        raise MemoryFileError("cannot set the encryption key: the SQLite VFS in use does not encrypt "
+                              f"({con.vfsname('main') or 'unknown VFS'})")
+
+
+def _looks_encrypted(head: bytes) -> bool:
+    """Whether a file that does not start as SQLite does looks like one SQLite3 Multiple Ciphers
+    encrypted with ``chacha20``: that cipher leaves header bytes 16-23 readable (page size,
+    format versions, reserved bytes, and the fixed payload fractions 64, 32, 32)."""
+    if len(head) < 24:
+        return False
+    size = int.from_bytes(head[16:18], "big")
+    size = 65536 if size == 1 else size
+    return head[21:24] == b"\x40\x20\x20" and 512 <= size <= 65536 and size & (size - 1) == 0
+
+
 def _harden(con: apsw.Connection) -> None:
     con.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
     con.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
     con.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
     con.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, 0)
     con.limit(apsw.SQLITE_LIMIT_ATTACHED, 0)
-    _sql(con, "PRAGMA cell_size_check=ON; PRAGMA mmap_size=0; PRAGMA trusted_schema=OFF")
+    # temporary tables and indexes stay in memory: never a temporary file (unencrypted) on disk
+    _sql(con, "PRAGMA cell_size_check=ON; PRAGMA mmap_size=0; PRAGMA trusted_schema=OFF; PRAGMA temp_store=MEMORY")
 
 
 @functools.lru_cache(maxsize=16)
@@ -219,8 +266,10 @@ def _reindex(con: apsw.Connection, mid: int, old: tuple[str, str], new: tuple[st
 DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts, 9: _fulltext_nfc}
 
 
-def inspect(path: str | Path) -> FileInfo | None:
+def inspect(path: str | Path, *, key: Key | None = None) -> FileInfo | None:
     """Check an existing file without trusting it. Returns None for a new (absent or empty) file.
+    An encrypted file is read with ``key``: none or a wrong one is an :class:`EncryptedFileError`,
+    and a key for a file that is not encrypted a :class:`NotEncryptedError`.
 
     Raises a :class:`MemoryFileError` subclass and never modifies the file.
     """
@@ -234,19 +283,25 @@ def inspect(path: str | Path) -> FileInfo | None:
             head = fh.read(100)
     except OSError as e:
         raise MemoryFileError(f"cannot read {p}: {e}") from e
-    if not head.startswith(_SQLITE_MAGIC):
+    plain = head.startswith(_SQLITE_MAGIC)
+    if key is None and not plain:
+        if _looks_encrypted(head):
+            raise EncryptedFileError(f"{p}: this memory file is encrypted: give its key", key_given=False)
         raise NotAMemoryFileError(f"{p} is not an SQLite database (and so not a memsif memory file)")
+    if key is not None and plain:
+        raise NotEncryptedError(f"{p} is not encrypted, so it is not opened with a key (open it without one, "
+                                "or encrypt it first: `memsif encrypt`)")
     # without a -wal file the main file is all there is: read it immutable so that not even
     # empty -wal/-shm side files are created next to a file we may refuse. Immutable reads take
     # no lock: if the file changed while it was read (another process just opened and migrated
     # it), a refusal is not trusted and the file is read once more.
     stamp = _stamp(p)
     try:
-        return _inspect_sqlite(p)
+        return _inspect_sqlite(p, key)
     except MemoryFileError:
         if _stamp(p) == stamp:
             raise
-        return _inspect_sqlite(p)
+        return _inspect_sqlite(p, key)
 
 
 def _stamp(p: Path) -> tuple[int, int, bool]:
@@ -254,7 +309,7 @@ def _stamp(p: Path) -> tuple[int, int, bool]:
     return st.st_size, st.st_mtime_ns, Path(f"{p}-wal").exists()
 
 
-def _inspect_sqlite(p: Path) -> FileInfo | None:
+def _inspect_sqlite(p: Path, key: Key | None) -> FileInfo | None:
     has_wal = Path(f"{p}-wal").exists()
     uri = "file:" + _uri_path(p) + ("?mode=ro" if has_wal else "?mode=ro&immutable=1")
     try:
@@ -262,6 +317,7 @@ def _inspect_sqlite(p: Path) -> FileInfo | None:
     except apsw.Error as e:
         raise NotAMemoryFileError(f"cannot open {p} as SQLite: {e}") from e
     try:
+        _apply_key(con, key)
         _harden(con)
         # another process opening or closing the file may hold its wal-index a moment (recovery, the
         # last connection's checkpoint): wait as a writer would, not fail with "database is locked"
@@ -286,7 +342,12 @@ def _inspect_sqlite(p: Path) -> FileInfo | None:
                         _sql(con, "ROLLBACK")
                 raise
             _sql(con, "COMMIT")
-        except (apsw.NotADBError, apsw.CorruptError) as e:
+        except apsw.NotADBError as e:
+            if key is not None:  # the key does not decrypt the first page
+                raise EncryptedFileError(f"{p}: this memory file is encrypted and the key given does not open it "
+                                         "(or it is not a memsif memory file)", key_given=True) from None
+            raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
+        except apsw.CorruptError as e:
             raise NotAMemoryFileError(f"{p} is not a readable SQLite database: {e}") from e
         except apsw.Error as e:
             raise MemoryFileError(f"cannot inspect {p}: {e}") from e
@@ -432,18 +493,20 @@ class QuietReads:
         return once()
 
 
-def _create_private(path: Path) -> None:
+def _create_private(path: Path) -> bool:
     """A new memory file is created 0600 whatever the umask (SQLite gives its ``-wal`` and ``-shm``
-    the main file's mode); never through a symbolic link whose target does not exist."""
+    the main file's mode); never through a symbolic link whose target does not exist. Returns
+    whether this call created it."""
     if path.is_symlink() and not path.exists():
         raise MemoryFileError(f"{path} is a symbolic link to a file that does not exist; refusing to create it")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
-        return  # made by another process just now (or an existing file): SQLite opens it as it is
+        return False  # made by another process just now (or an existing file): SQLite opens it as it is
     except OSError as e:
         raise MemoryFileError(f"cannot create {path}: {e.strerror or e}") from e
     os.close(fd)
+    return True
 
 
 def connect(
@@ -455,23 +518,35 @@ def connect(
     readonly: bool = False,
     immutable: bool = False,
     initial_meta: dict[str, str] | None = None,
+    key: Key | None = None,
 ) -> apsw.Connection:
     """Open ``path`` (already inspected) with every setting memsif relies on. A new file gets
     its schema and ``initial_meta`` in the same first transaction, so no other process can
     ever see a schema without its meta. ``immutable`` (read-only only): read the file as it is,
-    with no lock and no side file (see :class:`QuietReads` for when that is right)."""
+    with no lock and no side file (see :class:`QuietReads` for when that is right). ``key``: the
+    file is encrypted with it (a new file is created encrypted)."""
+    if key is not None:
+        require_cipher()  # before a new file is created
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     name = str(path)
+    created = False
     if readonly and immutable:
         flags |= apsw.SQLITE_OPEN_URI
         name = "file:" + _uri_path(Path(path)) + "?mode=ro&immutable=1"
     elif not readonly and not Path(path).exists():
-        _create_private(Path(path))
+        created = _create_private(Path(path))
     try:
         con = apsw.Connection(name, flags=flags)
     except apsw.Error as e:
         raise MemoryFileError(f"cannot open {path}: {e}") from e
     try:
+        try:
+            _apply_key(con, key)
+        except MemoryFileError:  # a key this SQLite cannot apply: the empty file made for it goes again
+            con.close()
+            if created and Path(path).stat().st_size == 0:
+                Path(path).unlink()
+            raise
         _harden(con)
         _load_vec(con)
         con.setbusytimeout(busy_timeout_ms)
@@ -575,3 +650,115 @@ def check_embedding(meta: dict[str, str], model_id: str, dim: int, metric: str, 
             f"(dim {got['embedding_dim']}, {got['embedding_metric']}), but this Memory uses "
             f"{model_id!r} (dim {dim}, {metric}); open it with the same embedding model"
         )
+
+
+def convert(path: str | Path, *, key: Key | None, new_key: Key | None) -> None:
+    """Encrypt, decrypt or re-key a memory file in place: ``key`` opens it now (None: it is plain),
+    ``new_key`` opens it afterwards (None: plain). Crash-safe: a copy is written beside it
+    (``VACUUM INTO``, 0600), verified (it opens with ``new_key``, passes inspection and holds as
+    many rows in every table), synced, and renamed over the file; until the rename the file is as
+    it was. Refused while another connection has the file open (its ``-wal`` is there)."""
+    p = Path(path).resolve()  # a symbolic link keeps pointing at the converted file
+    if inspect(p, key=key) is None:
+        raise MemoryFileError(f"no memory file at {p}")
+    if Path(f"{p}-wal").exists():  # fold what a crashed writer left; a live one keeps its -wal
+        con = apsw.Connection(str(p), flags=apsw.SQLITE_OPEN_READWRITE)
+        try:
+            _apply_key(con, key)
+            with map_errors():
+                _sql(con, "PRAGMA user_version").fetchall()
+        finally:
+            con.close()
+    stamp = quiet_stamp(p)
+    if stamp is None:
+        raise MemoryFileError(f"{p} is open in another program (its -wal file is there): close it and try again")
+    left = re.compile(rf"\.{re.escape(p.name)}\.[A-Za-z0-9_]{{8}}\.converting(-journal|-wal|-shm)?")
+    for old in p.parent.iterdir():  # copies (and their side files) a conversion killed before its rename left
+        if left.fullmatch(old.name) and old.is_file() and not old.is_symlink():
+            old.unlink(missing_ok=True)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".converting", dir=p.parent)  # 0600
+    except OSError as e:
+        raise MemoryFileError(f"cannot write the converted copy beside {p}: {e.strerror or e}") from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        before = _copy_with_key(p, tmp, key, new_key)
+        after = _table_counts(tmp, new_key)
+        if after != before:
+            raise MemoryFileError(f"the converted copy of {p} does not hold what the file does; nothing was changed")
+        _fsync(tmp)
+        if quiet_stamp(p) != stamp:
+            raise MemoryFileError(f"{p} was opened or changed while it was converted; nothing was changed, "
+                                  "try again when no other program has it open")
+        os.replace(tmp, p)
+        _fsync(p.parent)
+    finally:
+        for side in ("", "-journal", "-wal", "-shm"):
+            Path(f"{tmp}{side}").unlink(missing_ok=True)
+
+
+def _copy_with_key(src: Path, dest: Path, key: Key | None, new_key: Key | None) -> dict[str, int]:
+    """``VACUUM INTO`` the (empty) file ``dest``, encrypted with ``new_key`` (or plain), from a
+    read of ``src`` that writes nothing beside it; returns ``src``'s row counts."""
+    con = _open_immutable(src, key)
+    try:
+        counts = _counts(con)
+        target = "file:" + _uri_path(dest) + (f"?cipher=chacha20&hexkey={new_key.sql_hex()}" if new_key else "?key=")
+        con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM INTO attaches its target
+        failed = None
+        try:
+            _sql(con, "VACUUM INTO ?", (target,))
+        except apsw.Error as e:  # SQLite names the target (and so the key) in some messages: only its kind
+            failed = type(e).__name__
+        del target
+        if failed is not None:
+            raise MemoryFileError(f"could not write the converted copy of {src}: {failed}")
+    finally:
+        con.close()
+    if inspect(dest, key=new_key) is None:
+        raise MemoryFileError(f"the converted copy of {src} is empty; nothing was changed")
+    return counts
+
+
+def _open_immutable(p: Path, key: Key | None) -> apsw.Connection:
+    con = apsw.Connection("file:" + _uri_path(p) + "?mode=ro&immutable=1",
+                          flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        _apply_key(con, key)
+        _harden(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _table_counts(p: Path, key: Key | None) -> dict[str, int]:
+    con = _open_immutable(p, key)
+    try:
+        return _counts(con)
+    finally:
+        con.close()
+
+
+def _counts(con: apsw.Connection) -> dict[str, int]:
+    """Rows in every ordinary table (the vec0 and FTS5 shadow tables included) of an inspected file."""
+    with map_errors():
+        names = [n for (n,) in _sql(con, "SELECT name FROM sqlite_schema WHERE type='table' "
+                                          "AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'")]
+        return {n: _sql(con, f'SELECT count(*) FROM "{n.replace(chr(34), chr(34) * 2)}"').fetchone()[0]
+                for n in names}
+
+
+def _fsync(p: Path) -> None:
+    """Flush a file, or a directory's entries (where the platform allows opening one)."""
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

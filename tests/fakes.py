@@ -19,8 +19,16 @@ import numpy as np
 import sqlite_vec
 
 
+def keyed(con: apsw.Connection, key: str | None) -> apsw.Connection:
+    """``con`` keyed for a file memsif encrypted with the passphrase ``key`` (None: a plain file),
+    the way any SQLite3 Multiple Ciphers program opens one: ``PRAGMA key``, before anything else."""
+    if key is not None:
+        con.pragma("key", key)
+    return con
+
+
 @contextlib.contextmanager
-def raw(path: str | Path) -> Iterator[apsw.Connection]:
+def raw(path: str | Path, key: str | None = None) -> Iterator[apsw.Connection]:
     """A separate, read-only apsw connection to the memory file at ``path``, closed on exit.
 
     The file is the source of truth: tests check what was stored by reading it here rather
@@ -35,8 +43,10 @@ def raw(path: str | Path) -> Iterator[apsw.Connection]:
 
         with raw(db) as con:
             texts = [t for (t,) in con.execute("SELECT text FROM messages ORDER BY id")]
+
+    ``key``: the passphrase of an encrypted file (:func:`keyed`).
     """
-    con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    con = keyed(apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY), key)
     try:
         con.setbusytimeout(5000)
         con.enable_load_extension(True)

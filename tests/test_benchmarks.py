@@ -123,3 +123,13 @@ def test_splits_choose_on_development_and_report_effects(tmp_path):
     only_a.write_text(json.dumps(result(0.7, False, only="a")))
     r = _run(str(ROOT / "benchmarks" / "splits.py"), str(base), str(only_a), "--effects", cwd=tmp_path)
     assert "| only_a.json | {} | +2.0 | +2.0 | +2.0 | +0.0 | 6/10 |" in r.stdout
+
+
+@pytest.mark.slow
+def test_encryption_benchmark_reports_both_files(tmp_path):
+    out = tmp_path / "encryption.txt"
+    r = _run(str(ROOT / "benchmarks" / "encryption.py"), "--data", str(FIXTURES / "locomo_tiny.json"),
+             "--messages", "6", "--questions", "3", "--no-cache", "--out", str(out), cwd=tmp_path)
+    text = out.read_text()
+    assert text == r.stdout and "add_ms_p50" in text and "context_ms_p50" in text and "target:" in text
+    assert not list(tmp_path.glob("*.db"))

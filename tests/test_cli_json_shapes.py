@@ -64,6 +64,10 @@ CASES: list[tuple[str, list[str], set[str]]] = [
     ("import", ["import", "{export}", "--db", "{tmp}/imported.db"], {"file", "db", "imported", "stats"}),
     ("backup", ["backup", "{tmp}/copy.db", "--db", "{db}"], {"db", "dest", "bytes"}),
     ("check", ["check", "--db", "{db}"], {"ok", "problems", "stats"}),
+    # {key}, {new_key}: key files; {enc}: a copy of the small memory encrypted with {key}
+    ("encrypt", ["encrypt", "--key-file", "{key}", "--db", "{db}"], {"db", "encrypted"}),
+    ("decrypt", ["decrypt", "--key-file", "{key}", "--db", "{enc}"], {"db", "encrypted"}),
+    ("rekey", ["rekey", "--key-file", "{key}", "--new-key-file", "{new_key}", "--db", "{enc}"], {"db", "encrypted"}),
     ("demo", ["demo"], {"db", "added", "seconds", "stats", "timeline", "searches", "facts", "answers"}),
     ("view", ["view", "--out", "{tmp}/memory.html", "--db", "{db}"], {"db", "out", "bytes", "stats"}),
 ]
@@ -92,6 +96,10 @@ def small(tmp_path_factory):
     shutil.copy(d / "small.db", d / "other.db")
     assert run("ingest", extra, "--db", d / "other.db").exit_code == 0
     assert run("export", "--db", d / "small.db", "--out", d / "small.jsonl.export").exit_code == 0
+    (d / "key").write_text("shapes key\n")
+    (d / "new_key").write_text("another key\n")
+    shutil.copy(d / "small.db", d / "encrypted.db")
+    assert run("encrypt", "--key-file", d / "key", "--db", d / "encrypted.db").exit_code == 0
     return d
 
 
@@ -108,12 +116,21 @@ def test_json_document_of(case, small, tmp_path):
     name, args, keys = CASES[case]
     db = tmp_path / "m.db"
     shutil.copy(small / "small.db", db)
+    shutil.copy(small / "encrypted.db", tmp_path / "e.db")
     where = {"db": db, "other": small / "other.db", "export": small / "small.jsonl.export", "tmp": tmp_path,
-             "extra": small / "extra.jsonl"}
+             "extra": small / "extra.jsonl", "key": small / "key", "new_key": small / "new_key",
+             "enc": tmp_path / "e.db"}
     r = run(*[a.format(**where) for a in args], "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)  # the whole of stdout is one document
     assert isinstance(doc, dict), doc
+    if name in ("encrypt", "decrypt", "rekey"):  # the file converted: it opens with its new key (or none)
+        path, key = {"encrypt": (db, "shapes key"), "decrypt": (where["enc"], None),
+                     "rekey": (where["enc"], "another key")}[name]
+        assert doc == {"db": str(path), "encrypted": key is not None}
+        with Memory(path, read_only=True, key=key) as mem:
+            assert mem.stats()["messages"] == len(MESSAGES)
+        return
     with Memory(tmp_path / "imported.db" if name == "import" else db, read_only=True) as mem:
         stats = json.loads(json.dumps(mem.stats()))
     if name == "stats":

@@ -31,9 +31,10 @@ def _env() -> dict[str, str]:
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": os.environ.get("HOME", "/tmp")}
 
 
-def session(args: list[str], script) -> Any:
-    """Spawn the server with ``args``, initialize, then ``await script(client)``; returns its result."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "memsif_lite.cli", "mcp", *args], env=_env())
+def session(args: list[str], script, env: dict[str, str] | None = None) -> Any:
+    """Spawn the server with ``args`` (and ``env``), initialize, then ``await script(client)``; returns its result."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "memsif_lite.cli", "mcp", *args],
+                                   env={**_env(), **(env or {})})
 
     async def main() -> Any:
         with anyio.fail_after(120):
@@ -197,6 +198,22 @@ def test_read_only_offers_reading_tools_and_leaves_the_file_alone(tmp_path, samp
     assert out["stats"]["read_only"] is True and out["stats"]["stats"]["messages"] == 6
     assert out["write"].is_error
     assert db.read_bytes() == before
+
+
+def test_an_encrypted_file_is_served_with_the_key_from_the_environment(tmp_path):
+    db, keyfile = tmp_path / "secret.db", tmp_path / "key"
+    keyfile.write_text("mcp passphrase\n")
+
+    async def script(client) -> dict[str, Any]:
+        message = {"speaker": "Maya", "text": "I live in Quokkaville"}
+        payload(await client.call_tool("remember", {"messages": [message]}))
+        return payload(await client.call_tool("search", {"query": "Quokkaville", "k": 1}))
+
+    out = session(["--db", str(db)], script, env={"MEMSIF_KEY_FILE": str(keyfile)})
+    assert out["results"][0]["text"] == "I live in Quokkaville"
+    assert b"Quokkaville" not in db.read_bytes() and b"mcp passphrase" not in db.read_bytes()
+    refused = _cli("--db", str(db))  # no key: refused before serving, stdin is never read for one
+    assert refused.returncode == 1 and "this memory file is encrypted: give its key" in refused.stderr
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -1,8 +1,11 @@
 """Reliability and security promises (docs/reliability.md): crash safety, power loss, atomicity,
-concurrent writers, hostile files, bad input, portability (export/import, backup, check)."""
+concurrent writers, hostile files, bad input, portability (export/import, backup, check).
+Crash safety, power loss, concurrent writers and hostile files are checked on a plain and on an
+encrypted file (``key``; README "Encrypting your memory")."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
@@ -17,20 +20,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import FakeEmbedder, raw
+from fakes import FakeEmbedder, keyed, raw
 from memsif_lite import (Config, EmbeddingError, InvalidInputError, Memory, MemoryFileError, MemsifError,
                          StorageFullError)
 
 TESTS = Path(__file__).parent
+#: a plain file, and one encrypted with a passphrase
+KEYS = pytest.mark.parametrize("key", [None, "a passphrase of the test"], ids=["plain", "encrypted"])
 
 
 # -- 1. crash safety (kill -9) ------------------------------------------------------------------
 WRITER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     sys.path.insert(0, {tests!r})
     from fakes import FakeEmbedder
     from memsif_lite import Memory
-    with Memory(sys.argv[1], embedder=FakeEmbedder()) as mem:
+    with Memory(sys.argv[1], embedder=FakeEmbedder(), key=os.environ.get("MEMSIF_TEST_KEY")) as mem:
         i = 0
         while True:
             mem.add_many([{{"speaker": "W", "text": f"message {{i}} about topic {{i % 7}}"}},
@@ -41,12 +46,14 @@ WRITER = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@KEYS
 @pytest.mark.parametrize("kill_after", [3, 17, 41, 90])
-def test_kill_9_loses_no_acknowledged_message(tmp_path, kill_after):
+def test_kill_9_loses_no_acknowledged_message(tmp_path, kill_after, key):
     db = tmp_path / "crash.db"
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(tests=str(TESTS)))
-    proc = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, **({"MEMSIF_TEST_KEY": key} if key else {})}
+    proc = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True, env=env)
     acked = -1
     for line in proc.stdout:
         acked = int(line)
@@ -54,9 +61,9 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path, kill_after):
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    with Memory(db, embedder=FakeEmbedder()) as mem:
+    with Memory(db, embedder=FakeEmbedder(), key=key) as mem:
         assert mem.check() == []
-    with raw(db) as con:
+    with raw(db, key) as con:
         texts = {t for (t,) in con.execute("SELECT text FROM messages")}
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     for i in range(acked + 1):
@@ -67,11 +74,22 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path, kill_after):
 # -- 1b. power loss: a VFS that drops every write not yet synced --------------------------------
 class PowerLossVFS(apsw.VFS):
     """Keeps pre-images of every write since the file's last sync; ``power_cut()`` restores
-    them, as if the disk had lost everything not yet flushed."""
+    them, as if the disk had lost everything not yet flushed. It is the disk under SQLite3
+    Multiple Ciphers (which encrypts in a VFS of its own, ``multipleciphers-NAME``, made on first
+    use), so an encrypted file's pages reach it encrypted, as they reach a real disk."""
+
+    _names = itertools.count()
 
     def __init__(self):
         self.undo: dict[str, list] = {}
-        super().__init__("powerloss", "unix", makedefault=True)
+        name = f"powerloss{next(self._names)}"  # SQLite3 Multiple Ciphers keeps its VFS over each name
+        super().__init__(name, "unix")
+        apsw.Connection(":memory:", vfs=f"multipleciphers-{name}").close()
+        self.top = PassThroughVFS(f"multipleciphers-{name}")
+
+    def unregister(self):
+        self.top.unregister()
+        super().unregister()
 
     def xOpen(self, name, flags):
         return PowerLossFile(self, name, flags)
@@ -88,6 +106,17 @@ class PowerLossVFS(apsw.VFS):
                         fh.seek(offset)
                         fh.write(data)
         self.undo.clear()
+
+
+class PassThroughVFS(apsw.VFS):
+    """The default VFS, passing everything to ``base`` (so every connection opened uses it)."""
+
+    def __init__(self, base: str):
+        self.base = base
+        super().__init__(f"top-{base}", base, makedefault=True)
+
+    def xOpen(self, name, flags):
+        return apsw.VFSFile(self.base, name, flags)
 
 
 class PowerLossFile(apsw.VFSFile):
@@ -122,20 +151,23 @@ class PowerLossFile(apsw.VFSFile):
         return super().xSync(flags)
 
 
+@KEYS
 @pytest.mark.parametrize("sync", ["FULL", "OFF"])
-def test_power_loss_keeps_every_committed_add_with_synchronous_full(tmp_path, sync):
+def test_power_loss_keeps_every_committed_add_with_synchronous_full(tmp_path, sync, key):
     db = tmp_path / "power.db"
     vfs = PowerLossVFS()
     try:
-        mem = Memory(db, embedder=FakeEmbedder(), config=Config(synchronous=sync))
+        mem = Memory(db, embedder=FakeEmbedder(), config=Config(synchronous=sync), key=key)
         for i in range(25):
             mem.add("A", f"committed message {i}")
         vfs.power_cut()  # the machine dies: nothing unsynced reaches the disk
         mem.close()  # after the cut nothing more reaches the disk, however the file is closed
     finally:
         vfs.unregister()
+    if key is not None:
+        assert b"committed message" not in db.read_bytes()  # the "disk" got encrypted pages
     try:
-        with Memory(db, embedder=FakeEmbedder()) as mem:
+        with Memory(db, embedder=FakeEmbedder(), key=key) as mem:
             n = mem.stats()["messages"]
             ok = mem.check() == []
     except MemsifError:
@@ -246,9 +278,9 @@ def test_disk_full_leaves_the_file_as_it_was(db):
 
 
 # -- 3. concurrent use ----------------------------------------------------------------------------
-def _writer(path, tag, n, q):
+def _writer(path, tag, n, q, key):
     try:
-        with Memory(path, embedder=FakeEmbedder()) as mem:
+        with Memory(path, embedder=FakeEmbedder(), key=key) as mem:
             for i in range(n):
                 mem.add("W", f"{tag} message {i}")
         q.put(("ok", tag))
@@ -256,9 +288,9 @@ def _writer(path, tag, n, q):
         q.put(("error", f"{tag}: {type(e).__name__}: {e}"))
 
 
-def _reader(path, seconds, q):
+def _reader(path, seconds, q, key):
     try:
-        with Memory(path, embedder=FakeEmbedder()) as mem:
+        with Memory(path, embedder=FakeEmbedder(), key=key) as mem:
             end, n = time.time() + seconds, 0
             while time.time() < end:
                 mem.search("message", k=5)
@@ -269,54 +301,57 @@ def _reader(path, seconds, q):
 
 
 @pytest.mark.slow
-def test_two_writers_and_a_reader_lose_nothing(db):
-    Memory(db, embedder=FakeEmbedder()).close()
+@KEYS
+def test_two_writers_and_a_reader_lose_nothing(db, key):
+    Memory(db, embedder=FakeEmbedder(), key=key).close()
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(str(db), t, 60, q)) for t in ("a", "b")]
-    procs.append(ctx.Process(target=_reader, args=(str(db), 4, q)))
+    procs = [ctx.Process(target=_writer, args=(str(db), t, 60, q, key)) for t in ("a", "b")]
+    procs.append(ctx.Process(target=_reader, args=(str(db), 4, q, key)))
     for p in procs:
         p.start()
     results = [q.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(timeout=30)
     assert all(r[0] == "ok" for r in results), results
-    with raw(db) as con:
+    with raw(db, key) as con:
         texts = {t for (t,) in con.execute("SELECT text FROM messages")}
     assert texts == {f"{t} message {i}" for t in "ab" for i in range(60)}
-    with Memory(db, embedder=FakeEmbedder()) as mem:
+    with Memory(db, embedder=FakeEmbedder(), key=key) as mem:
         assert mem.check() == []
         segs = mem.segments()
         assert sum(len(s.message_ids) for s in segs) == 120 and sum(not s.closed for s in segs) == 1
 
 
 # -- 4. hostile files -------------------------------------------------------------------------------
-def test_view_and_oversized_vec_declaration_refused_untouched(db):
-    with Memory(db, embedder=FakeEmbedder()) as mem:
+@KEYS
+def test_view_and_oversized_vec_declaration_refused_untouched(db, key):
+    with Memory(db, embedder=FakeEmbedder(), key=key) as mem:
         mem.add("A", "hello")
-    con = apsw.Connection(str(db))
+    con = keyed(apsw.Connection(str(db)), key)  # whoever has the key can plant anything
     con.execute("CREATE VIEW leak AS SELECT text FROM messages")
     con.close()
     before = db.read_bytes()
     with pytest.raises(MemoryFileError, match="view leak"):
-        Memory(db, embedder=FakeEmbedder())
+        Memory(db, embedder=FakeEmbedder(), key=key)
     assert db.read_bytes() == before
-    con = apsw.Connection(str(db))
+    con = keyed(apsw.Connection(str(db)), key)
     con.execute("DROP VIEW leak")
     con.execute("PRAGMA writable_schema=ON")
     con.execute("UPDATE sqlite_schema SET sql=replace(sql, 'int8[32]', 'int8[4000000]') WHERE name='message_vec'")
     con.close()
     with pytest.raises(MemoryFileError, match="message_vec"):
-        Memory(db, embedder=FakeEmbedder())
+        Memory(db, embedder=FakeEmbedder(), key=key)
 
 
-def test_check_finds_damaged_vector_chunks(db):
-    with Memory(db, embedder=FakeEmbedder()) as mem:
+@KEYS
+def test_check_finds_damaged_vector_chunks(db, key):
+    with Memory(db, embedder=FakeEmbedder(), key=key) as mem:
         mem.add_many([{"speaker": "A", "text": f"m {i}"} for i in range(3)])
-    con = apsw.Connection(str(db))
+    con = keyed(apsw.Connection(str(db)), key)
     con.execute("UPDATE message_vec_vector_chunks00 SET vectors=zeroblob(10)")
     con.close()
-    with Memory(db, embedder=FakeEmbedder()) as mem:
+    with Memory(db, embedder=FakeEmbedder(), key=key) as mem:
         problems = mem.check()
     assert any("message_vec" in p and "wrong size" in p for p in problems)
 

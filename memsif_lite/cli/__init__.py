@@ -50,7 +50,7 @@ from memsif_lite.jsonable import to_jsonable
 
 from .boundary import main
 from .demo import demo
-from .files import backup, check, export, import_, merge
+from .files import backup, check, decrypt, encrypt, export, import_, merge, rekey
 from .history import log, undo
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
@@ -60,5 +60,5 @@ from .writing import add, forget, ingest, process
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, backup, check, log, undo, mcp, demo, view):
+                 import_, backup, check, encrypt, decrypt, rekey, log, undo, mcp, demo, view):
     main.add_command(_command)

@@ -1,4 +1,5 @@
-"""The commands about whole files: merge another copy in, export, import, backup, check."""
+"""The commands about whole files: merge another copy in, export, import, backup, check, and
+encrypt, decrypt or re-key one in place."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from typing import Any
 
 import click
 
-from memsif_lite.errors import MemoryFileError, MemsifError
+from memsif_lite import encryption
+from memsif_lite.errors import EncryptedFileError, MemoryFileError, MemsifError
 from memsif_lite.homes import make_private_dirs
+from memsif_lite.keys import Key
 
 from .boundary import command
-from .options import file_options, open_memory, writable_parent
+from .keys import KEY, NEW_KEY, OTHER_KEY, KeySource, asked_key, given_key, key_options
+from .options import file_options, key_file_options, open_memory, writable_parent
 from .output import output, plural, stats_line
 
-__all__ = ["backup", "check", "export", "import_", "merge"]
+__all__ = ["backup", "check", "decrypt", "encrypt", "export", "import_", "merge", "rekey"]
 
 
 def _merge_lines(doc: Mapping[str, Any], *, other: str, dry_run: bool, **_: Any) -> Iterator[str]:
@@ -43,15 +47,22 @@ def _merge_lines(doc: Mapping[str, Any], *, other: str, dry_run: bool, **_: Any)
 @click.option("--dry-run", is_flag=True, help="Report what the merge would do, writing nothing.")
 @click.option("--later", is_flag=True,
               help="Only queue the structure rebuild (run it with `memsif process`, e.g. with --llm).")
+@key_options(OTHER_KEY, "OTHER")
 @output(_merge_lines)
 def merge(other: str, db: str, config: str | None, dry_run: bool, later: bool) -> dict[str, Any]:
     """Bring into --db what OTHER (another copy of the same memory) has: new messages (re-embedded
     if OTHER used another model), forgotten ones removed, structure and facts rebuilt. OTHER is
-    only read."""
+    only read; if it is encrypted, its key is asked for (or MEMSIF_OTHER_KEY & co), and never stored."""
     if not Path(other).exists():
         raise click.ClickException(f"no memory file at {other}")
     with open_memory(db, config, later=later, read_only=dry_run) as mem:
-        report = mem.merge_from(other, dry_run=dry_run)
+        try:
+            report = mem.merge_from(other, dry_run=dry_run, key=given_key(OTHER_KEY))
+        except EncryptedFileError as e:
+            asked = None if e.key_given else asked_key(OTHER_KEY, other)
+            if asked is None:
+                raise click.ClickException(str(e) if e.key_given else f"{e} ({OTHER_KEY.hint()})") from None
+            report = mem.merge_from(other, dry_run=dry_run, key=asked)
         return {**report.to_dict(), "db": db, "stats": mem.stats()}
 
 
@@ -61,7 +72,8 @@ def merge(other: str, db: str, config: str | None, dry_run: bool, later: bool) -
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @output(lambda doc, **_: [f"wrote {plural(doc['lines'], 'line')} to {doc['out']}"])
 def export(db: str, config: str | None, out: str, force: bool) -> dict[str, Any]:
-    """Export everything to JSON lines (import it with `memsif import`), readable by its owner only."""
+    """Export everything to JSON lines (import it with `memsif import`), readable by its owner only;
+    plain text, also from an encrypted file (to copy one encrypted, use `memsif backup`)."""
     writable_parent(out)
     with open_memory(db, config, read_only=True) as mem:
         return {"db": db, "out": out, "lines": mem.export_to(out, overwrite=force)}
@@ -115,7 +127,8 @@ def _built_aside(db: str) -> Iterator[str]:
 @file_options
 @output(lambda doc, **_: [f"backed up to {doc['dest']}"])
 def backup(dest: str, db: str, config: str | None) -> dict[str, Any]:
-    """Write a consistent copy of the memory file to DEST (safe while others write)."""
+    """Write a consistent copy of the memory file to DEST (safe while others write); a copy of an
+    encrypted file is encrypted with the same key (`memsif decrypt` or `rekey` it to change that)."""
     writable_parent(dest)
     with open_memory(db, config, read_only=True) as mem:
         mem.backup(dest)
@@ -149,3 +162,52 @@ def check(db: str, config: str | None) -> dict[str, Any]:
         except MemsifError as e:
             problems = [str(e)]
     return {"ok": not problems, "problems": problems, "stats": st}
+
+
+def _key_for(db: str, source: KeySource = KEY, *, confirm: bool = False) -> Key:
+    """The key given for ``db`` (MEMSIF_KEY & co), else typed at a prompt on a terminal."""
+    key = given_key(source) or asked_key(source, db, confirm=confirm)
+    if key is None:
+        raise click.UsageError(f"give the {source.what} of {db}: {source.hint()}")
+    return key
+
+
+def _exists(db: str) -> None:
+    if not Path(db).exists():
+        raise click.ClickException(f"no memory file at {db}")
+
+
+@command()
+@key_file_options
+@output(lambda doc, **_: [f"encrypted {doc['db']}"])
+def encrypt(db: str) -> dict[str, Any]:
+    """Encrypt a plain memory file with the key given (MEMSIF_KEY, --key-file or --key-command; on a
+    terminal it is asked for, twice). In place and crash-safe: a new file is written beside it,
+    verified and renamed over it. Close every other program using the file first."""
+    _exists(db)
+    encryption.encrypt(db, _key_for(db, confirm=True))
+    return {"db": db, "encrypted": True}
+
+
+@command()
+@key_file_options
+@output(lambda doc, **_: [f"decrypted {doc['db']}: it is a plain SQLite file now, readable without a key"])
+def decrypt(db: str) -> dict[str, Any]:
+    """Decrypt an encrypted memory file (its key: MEMSIF_KEY, --key-file or --key-command, or asked
+    for), in place and crash-safe as `encrypt`."""
+    _exists(db)
+    encryption.decrypt(db, _key_for(db))
+    return {"db": db, "encrypted": False}
+
+
+@command()
+@key_file_options
+@key_options(NEW_KEY, "the memory file from now on")
+@output(lambda doc, **_: [f"changed the key of {doc['db']}"])
+def rekey(db: str) -> dict[str, Any]:
+    """Change the key of an encrypted memory file: the current key as for every command, the new one
+    from MEMSIF_NEW_KEY, --new-key-file or --new-key-command (on a terminal it is asked for, twice).
+    In place and crash-safe as `encrypt`."""
+    _exists(db)
+    encryption.rekey(db, _key_for(db), _key_for(db, NEW_KEY, confirm=True))
+    return {"db": db, "encrypted": True}

@@ -11,10 +11,13 @@ import click
 from click.core import ParameterSource
 
 from memsif_lite import Config, Memory
-from memsif_lite.errors import InvalidInputError, MemoryFileError
+from memsif_lite.errors import EncryptedFileError, InvalidInputError, MemoryFileError
 from memsif_lite.homes import make_private_dirs, memory_path
 
-__all__ = ["config_option", "file_options", "filter_options", "llm_options", "open_memory", "writable_parent"]
+from .keys import KEY, asked_key, given_key, key_options
+
+__all__ = ["config_option", "file_options", "filter_options", "key_file_options", "llm_options", "open_memory",
+           "writable_parent"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,7 +73,9 @@ def _resolve_db(db: str | None, user: str | None, agent: str | None, home: str |
     return str(path)
 
 
-file_options = _options(_memory_location, config_option)
+file_options = _options(_memory_location, config_option, key_options(KEY))
+#: the memory file and its key, for the commands that convert a file (``encrypt``, ``decrypt``, ``rekey``)
+key_file_options = _options(_memory_location, key_options(KEY))
 
 
 def filter_options(f: F) -> F:
@@ -111,11 +116,13 @@ llm_options = _options(
 
 def open_memory(db: str, config: str | None = None, llm: str | None = None, api_base: str | None = None,
           api_key: str | None = None, *, create: bool = False, read_only: bool = False,
-          later: bool = False) -> Memory:
+          later: bool = False, prompt: bool = True) -> Memory:
     """The one way the CLI opens a memory file. The embedding model is the one the file records.
     A command's queued steps run before it exits (``inline``; LLM calls outside any transaction),
     or not at all with ``later`` (``memsif process`` runs them). Without ``create`` the file must
-    exist and not be empty: a command that does not create memory files never turns one into one."""
+    exist and not be empty: a command that does not create memory files never turns one into one.
+    An encrypted file is opened with the key given (:mod:`.keys`); with none, the key is asked for
+    on a terminal unless ``prompt`` is false (``mcp``: its stdin is the client's)."""
     if not create and not Path(db).exists():
         raise MemoryFileError(f"no memory file at {db} (create one with `memsif ingest FILE --db {db}`)")
     if not create and Path(db).is_file() and Path(db).stat().st_size == 0:
@@ -125,8 +132,20 @@ def open_memory(db: str, config: str | None = None, llm: str | None = None, api_
         make_private_dirs(Path(db).parent)
     cfg = Config.from_file(config) if config else None
     llm_kwargs = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
-    return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None, read_only=read_only,
-                  process="manual" if later else "inline")
+
+    def opened(key: Any) -> Memory:
+        return Memory(db, config=cfg, llm=llm or None, llm_kwargs=llm_kwargs or None, read_only=read_only,
+                      process="manual" if later else "inline", key=key)
+
+    try:
+        return opened(given_key(KEY))
+    except EncryptedFileError as e:
+        if e.key_given:
+            raise
+        asked = asked_key(KEY, db) if prompt else None
+        if asked is None:
+            raise click.ClickException(f"{e} ({KEY.hint()})") from None
+        return opened(asked)
 
 
 def writable_parent(path: str) -> None:

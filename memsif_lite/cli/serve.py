@@ -31,5 +31,6 @@ def mcp(db: str, config: str | None, llm: str | None, api_base: str | None, api_
         raise click.UsageError("--read-only and --allow-forget / --allow-undo contradict each other")
     from memsif_lite import mcp_server  # the MCP SDK is imported only by this command
 
-    mem = open_memory(db, config, llm, api_base, api_key, create=not read_only, read_only=read_only)
+    mem = open_memory(db, config, llm, api_base, api_key, create=not read_only, read_only=read_only,
+                      prompt=False)  # stdin is the client's: an encrypted file's key comes from MEMSIF_KEY & co
     mcp_server.serve(mem, allow_forget=allow_forget, allow_undo=allow_undo)

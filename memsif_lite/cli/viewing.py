@@ -64,9 +64,10 @@ def _serve(db: str, config: str | None, port: int, open_page: bool) -> dict[str,
     from memsif_lite.view.live import serve
 
     last: dict[str, Any] = {}
+    ctx = click.get_current_context()  # the server's threads open the file with this command's key
 
     def make(stamp: str) -> str:
-        with open_memory(db, config, read_only=True) as mem:  # opened for each page: as any read command
+        with ctx.scope(cleanup=False), open_memory(db, config, read_only=True) as mem:  # as any read command
             page = mem.view(live=stamp)
         last["stats"] = page.stats
         return page.html
