@@ -2,31 +2,35 @@
 
 * **An episode ends** at a session change, or when the message comes more than ``segment_gap_s``
   after the open segment's last message: linking episodes across time is the Event Trajectories' job.
-* **The rest of a burst attaches**: the next message of the same speaker within ``burst_s``
-  seconds joins the open segment instead of being judged by φ (which is low between short
-  messages, so it would cut one thought into crumbs).
+* **The rest of a burst, or a reaction, attaches**: the next message of the same speaker within
+  ``burst_s`` seconds, or a short reaction with no content word and no number ("lol", "omg yes",
+  "👍"), joins the open segment instead of being judged by φ (which is low between short
+  messages, so it would cut one thought into crumbs, and a reaction would start an episode).
 
 The query side: a top-ranked message comes with the rest of its burst, the same speaker's messages
 next to it in its segment, each within a small token allowance (:func:`with_neighbours`).
 
 Measured on held-out splits of the LoCoMo development half and its chat-style variant
-(benchmarks/README.md, "Episodes"); short reactions attaching to the open segment, and neighbours of
-any speaker, were measured and removed.
+(benchmarks/README.md, "Episodes"); neighbours of any speaker were measured and removed, short
+reactions removed and, measured again on the final tree, restored.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
+from .answers import has_content_words
 from .db import Database, MessageRow
 from .timeutil import from_stored
 from .tokens import count_tokens
 
-__all__ = ["boundary_rule", "with_neighbours", "END", "ATTACH", "NEIGHBOURS_OF_TOP", "NEIGHBOUR_TOKENS",
+__all__ = ["boundary_rule", "is_reaction", "with_neighbours", "END", "ATTACH", "NEIGHBOURS_OF_TOP", "NEIGHBOUR_TOKENS",
            "NEIGHBOUR_WINDOW"]
 
 #: the decisions these rules record for a message (next to φ's first / merge / split / judge_*)
 END, ATTACH = "episode_end", "attach"
+_DIGIT = re.compile(r"\d")
 #: query: the rest of the burst of this many best-ranked messages comes with them; 0: off
 NEIGHBOURS_OF_TOP = 10
 #: query: a neighbour comes only if it has at most this many tokens (a short piece of the same thought)
@@ -44,7 +48,14 @@ def boundary_rule(prev: MessageRow | None, new: MessageRow, last_at: str, *, gap
         return END
     if prev is None or gap < 0:
         return None
-    return ATTACH if burst_s > 0 and prev.speaker == new.speaker and gap <= burst_s else None
+    if burst_s > 0 and prev.speaker == new.speaker and gap <= burst_s:
+        return ATTACH
+    return ATTACH if is_reaction(new.text) else None
+
+
+def is_reaction(text: str) -> bool:
+    """A short reaction: no number and no content word (answers.has_content_words)."""
+    return not _DIGIT.search(text) and not has_content_words(text, 1)
 
 
 def with_neighbours(db: Database, ranked: Sequence[int], rows: dict[int, MessageRow], top: int) -> list[int]:

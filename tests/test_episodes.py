@@ -87,15 +87,40 @@ def test_the_rest_of_a_burst_joins_its_segment(tmp_path):
 
 
 @pytest.mark.parametrize("burst_s,second", [(0, ("Ana", "violin lessons start tuesday downtown")),
-                                             (30, ("Ben", "violin lessons start tuesday downtown")),
-                                             (30, ("Ben", "omg 😂"))])
+                                             (30, ("Ben", "violin lessons start tuesday downtown"))])
 def test_without_a_burst_phi_decides(tmp_path, burst_s, second):
-    """No burst rule, or another speaker (a short reaction too): φ splits the unrelated message."""
+    """No burst rule, or another speaker: φ splits the unrelated message."""
     mem = _mem(tmp_path, burst_s=burst_s)
     mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
                   {"speaker": second[0], "text": second[1], "at": T0 + timedelta(seconds=5)}])
     assert len(_segments(mem)) == 2
     assert _decisions(mem, tmp_path / "m.db") == ["first", "split"]
+
+
+@pytest.mark.parametrize("reaction", ["omg 😂", "lol", "omg yes", "👍", "haha nice!!"])
+def test_a_reaction_joins_its_episode(tmp_path, reaction):
+    """Another speaker's short reaction minutes later (no burst) joins the episode it answers, where
+    φ would split it; the next real message is judged by φ as before."""
+    mem = _mem(tmp_path, burst_s=30)
+    ids = mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0},
+                        {"speaker": "Ben", "text": reaction, "at": T0 + timedelta(minutes=2)},
+                        {"speaker": "Ben", "text": "violin lessons start tuesday downtown",
+                         "at": T0 + timedelta(minutes=4)}])
+    assert _segments(mem) == [tuple(ids[:2]), (ids[2],)]
+    assert _decisions(mem, tmp_path / "m.db") == ["first", episodes.ATTACH, "split"]
+
+
+@pytest.mark.parametrize("text", ["my beagle is 3", "Rex!", "see you at the vet", "violin tuesday"])
+def test_a_message_with_a_number_or_a_content_word_is_no_reaction(text):
+    assert not episodes.is_reaction(text)
+
+
+def test_a_reaction_after_a_session_change_or_a_gap_still_starts_a_new_episode(tmp_path):
+    mem = _mem(tmp_path, burst_s=30)
+    ids = mem.add_many([{"speaker": "Ana", "text": "my beagle Rex turned three", "at": T0, "session": "1"},
+                        {"speaker": "Ben", "text": "lol", "at": T0 + timedelta(minutes=1), "session": "2"},
+                        {"speaker": "Ana", "text": "ok", "at": T0 + timedelta(hours=3), "session": "2"}])
+    assert _segments(mem) == [(ids[0],), (ids[1],), (ids[2],)]
 
 
 @pytest.mark.parametrize("knobs", [{"segment_gap_s": 0}, {"segment_gap_s": -5}, {"segment_gap_s": float("nan")},
