@@ -381,3 +381,12 @@ def test_a_changed_byte_is_refused_not_read_differently(tmp_path):
         return  # refused, or a read of the changed page failed
     assert problems, "a changed byte went unnoticed"
     assert texts == [f"message {i} " + "x" * 300 for i in range(60)]
+
+
+def test_programs_memsif_starts_do_not_inherit_the_key(tmp_path):
+    db = str(tmp_path / "me.db")
+    assert _run(["add", "Fennimore", "I live in Quokkaville.", "--db", db], MEMSIF_KEY=KEY).exit_code == 0
+    tells = f"{shlex.quote(sys.executable)} -c \"import os; print('new-' + str('MEMSIF_KEY' in os.environ))\""
+    r = _run(["rekey", "--db", db, "--new-key-command", tells], MEMSIF_KEY=KEY)
+    assert r.exit_code == 0, r.output
+    assert _run(["stats", "--db", db], MEMSIF_KEY="new-False").exit_code == 0  # the command did not see it

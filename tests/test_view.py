@@ -354,6 +354,10 @@ def test_serve_answers_on_127_0_0_1_and_follows_the_file(demo_db, tmp_path, embe
         assert doc["live"] == stamp and doc["stats"]["messages"] == 41
         assert _get(url, host="memory.example.com")[0] == 403  # another name for 127.0.0.1: refused
         assert _get(url, method="POST")[0] == 501 and _get(url + "nothing")[0] == 404
+        root = url.split("/", 3)
+        assert len(root[3]) > 30  # a secret path: another local user reaching 127.0.0.1 cannot guess it
+        for guess in (f"{root[0]}//{root[2]}/", f"{root[0]}//{root[2]}/stamp", f"{root[0]}//{root[2]}/x/"):
+            assert _get(guess)[0] == 404
         with Memory(db, embedder=embedder) as mem:  # the assistant writes
             mem.add("Leo", "Watching the view update live!", at="2024-11-02T10:00:00")
         assert json.loads(_get(url + "stamp")[2])["stamp"] != stamp  # the page polls this, then reloads

@@ -103,13 +103,17 @@ def asked_key(source: KeySource, of: str, *, confirm: bool = False) -> Key | Non
     typed = click.prompt(f"{source.what.capitalize()} of {of}", hide_input=True, confirmation_prompt=confirm,
                          err=True)
     key = as_key(typed, source.what)
+    ctx = click.get_current_context()
     if key is not None:
-        click.get_current_context().call_on_close(key.wipe)
+        ctx.call_on_close(key.wipe)
+    ctx.meta.setdefault("memsif.keys", {})[source.param] = key  # asked once (view --serve opens again)
     return key
 
 
 def _read(source: KeySource, file: str | None, command: str | None) -> Key | None:
-    value = os.environ.get(source.env)
+    # taken out of the environment once read: the programs memsif starts (a key command, a browser)
+    # do not inherit the key
+    value = os.environ.pop(source.env, None)
     ways = [w for w, v in ((source.env, value), (f"{source.flag}-file", file), (f"{source.flag}-command", command))
             if v]
     if len(ways) > 1:

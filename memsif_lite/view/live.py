@@ -1,18 +1,22 @@
 """``memsif view --serve``: the view served live, so a person can watch memory form during a chat.
 
-A small ``http.server`` on 127.0.0.1 only, serving two things: ``/`` the page, made again whenever the
-memory file's stamp (:func:`stamp`: identity, size and time of the file and its ``-wal``) differs
-from the one the last page was made at, and ``/stamp``, which the page polls to reload itself when
-the file changed. It only reads: the page comes from a callable the caller opens the file read-only
-in. Requests naming another host are refused (a web page elsewhere cannot reach it through a DNS
-name that points at 127.0.0.1), and so is every method but GET.
+A small ``http.server`` on 127.0.0.1 only, serving two things under a random secret path
+(``/<token>/``, as Jupyter's token: another user or process of the machine can reach 127.0.0.1 too,
+but not guess the path, which is only printed to the one who started the server): the page, made
+again whenever the memory file's stamp (:func:`stamp`: identity, size and time of the file and its
+``-wal``) differs from the one the last page was made at, and ``stamp``, which the page polls to
+reload itself when the file changed. It only reads: the page comes from a callable the caller opens
+the file read-only in. Requests naming another host are refused (a web page elsewhere cannot reach
+it through a DNS name that points at 127.0.0.1), and so is every method but GET.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import hmac
 import os
+import secrets
 import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,18 +74,27 @@ def serve(path: Path, make: Callable[[str], str], *, port: int,
     view = LiveView(path, make)
     view.page()
     counts = {"requests": 0}
+    counting = threading.Lock()
+    token = secrets.token_urlsafe(24)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "memsif-view"
         sys_version = ""
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            counts["requests"] += 1
+            with counting:
+                counts["requests"] += 1
             where = self.server.server_address[1]  # type: ignore[index]
             if self.headers.get("Host", "") not in {f"{HOST}:{where}", f"localhost:{where}"}:
                 self._send(403, "text/plain; charset=utf-8", b"only http://127.0.0.1 may ask for this view\n")
                 return
             route = self.path.split("?", 1)[0]
+            prefix = f"/{token}/"
+            if not hmac.compare_digest(route[:len(prefix)].encode(), prefix.encode()):
+                self._send(404, "text/plain; charset=utf-8", b"not found (the view's address is the one printed "
+                           b"when it started)\n")
+                return
+            route = route[len(prefix) - 1:]
             if route in ("/", "/index.html"):
                 try:
                     body = view.page().encode("utf-8")
@@ -111,7 +124,7 @@ def serve(path: Path, make: Callable[[str], str], *, port: int,
 
     server = ThreadingHTTPServer((HOST, port), Handler)
     server.daemon_threads = True
-    url = f"http://{HOST}:{server.server_address[1]}/"
+    url = f"http://{HOST}:{server.server_address[1]}/{token}/"
     main = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, _interrupt) if main else None  # `kill` stops it as Ctrl-C does
     try:
