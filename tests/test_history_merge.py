@@ -10,6 +10,8 @@ from pathlib import Path
 
 import apsw
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from fakes import raw
 from memsif_lite import Memory, MemoryFileError, prompts, store
@@ -239,3 +241,67 @@ def test_copies_upgraded_apart_name_their_changes_alike(tmp_path, embedder):
         assert mem.merge_from(b).changes_copied == 0
         assert mem.merge_from(c).changes_copied == 0  # read as schema 11, uids computed alike
         assert len(mem.changes()) == 1
+
+
+# -- property (d), for any history --------------------------------------------------------------------
+SAYS = ["I live in Lisbon.", "I moved to Porto.", "My favourite food is pizza.", "I work at Acme as an engineer.",
+        "The weather is awful today.", "Did you see the game?", "I moved to Oslo."]
+STEP = st.one_of(
+    st.tuples(st.just("add"), st.sampled_from(["Ana", "Bob"]), st.integers(0, len(SAYS) - 1), st.integers(0, 90)),
+    st.tuples(st.just("add_there"), st.sampled_from(["Ana", "Bob"]), st.integers(0, len(SAYS) - 1),
+              st.integers(0, 90)),
+    st.tuples(st.just("forget"), st.integers(0, 10)),
+    st.tuples(st.just("undo"), st.integers(0, 10)),
+    st.tuples(st.just("merge")),
+)
+
+
+def _snapshot(path: Path) -> tuple[dict[int, tuple], bool]:
+    """The log's rows, and whether every CoreFact and every placed message is explained by one."""
+    with raw(path) as con:
+        rows = {r[0]: r for r in con.execute("SELECT * FROM change_log")}
+        facts = {f for (f,) in con.execute("SELECT id FROM core_facts")}
+        explained = {f for (f,) in con.execute("SELECT fact_id FROM change_facts")}
+        placed = {m for (m,) in con.execute("SELECT message_id FROM message_units")}
+        named = {m for (ids,) in con.execute("SELECT ids FROM change_log WHERE origin IS NULL AND op IN "
+                                             "('place', 'merge', 'import')")
+                 for m in json.loads(ids).get("messages", [])}
+    return rows, facts <= explained and placed <= named
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(STEP, min_size=2, max_size=8))
+@example(steps=[("add", "Ana", 0, 1), ("add", "Bob", 4, 2), ("add_there", "Ana", 1, 50), ("add_there", "Bob", 5, 51),
+                ("undo", 0), ("merge",), ("forget", 1), ("add", "Ana", 6, 60), ("add", "Bob", 5, 61), ("merge",)])
+def test_the_log_is_append_only_and_explains_every_derived_row(tmp_path_factory, embedder, steps):
+    """Property (d) for any sequence of adds (here and in a copy), forgets, undos and merges: a row is
+    never removed nor changed, but for its content erased by a forget (summary, images); every
+    CoreFact and every placed message is named by a change of this file."""
+    d = tmp_path_factory.mktemp("d")
+    a, b = d / "a.db", d / "b.db"
+    with Memory(a, embedder=embedder) as mem:
+        mem.add("Ana", "Hello!", at=T)
+        mem.backup(b)
+    seen: dict[int, tuple] = {}
+    for step in steps:
+        kind = step[0]
+        with Memory(b if kind == "add_there" else a, embedder=embedder) as mem:
+            if kind in ("add", "add_there"):
+                mem.add(step[1], SAYS[step[2]], at=T + timedelta(days=step[3], hours=len(seen)))
+            elif kind == "forget":
+                ids = [m.id for m in mem.messages()]
+                if len(ids) > 1:
+                    mem.forget(message_id=ids[step[1] % len(ids)])
+            elif kind == "undo":
+                fact = [c for c in mem.changes(op="fact") if c.undoable]
+                if fact:
+                    mem.undo(fact[step[1] % len(fact)].id)
+            else:
+                mem.merge_from(b)
+        rows, explained = _snapshot(a)
+        for i, before in seen.items():
+            now = rows[i]
+            erased = before[:5] + (None,) + before[6:7] + (None,) + before[8:]
+            assert now in (before, erased), (step, before, now)
+        assert explained, step
+        seen = rows
