@@ -148,14 +148,13 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int) -> Oth
 
 
 _FILE_ID = re.compile(r"^[0-9a-f]{32}$|^unknown$")
-_UID = re.compile(r"^[0-9a-f]{32}$")
 _DECISION = re.compile(r"^[0-9a-f]{64}$")
 _ACTOR = re.compile(r"^(rule|user|memsif|llm:[^\x00-\x1f\x7f]{1,200}|merge:[0-9a-f]{32}|merge:unknown)$")
 
 
 def _change_problem(c: CarriedChange) -> str | None:
     """Why a row of the other file's log is not one memsif writes, or None."""
-    if not isinstance(c.uid, str) or not _UID.match(c.uid):
+    if type(c.uid) is not int:
         return "its uid"
     if not is_stored(c.at):
         return "its time"

@@ -210,11 +210,11 @@ def _reindex(con: apsw.Connection, mid: int, old: tuple[str, str], new: tuple[st
     _sql(con, "INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, *new))
 
 
-def change_uid(cid: int, at: str, actor: str, op: str, ids: str, decision: str | None) -> str:
-    """The uid of a change logged before schema 12: a hash of what it recorded, the same in every
-    copy of the file (a backup made before the upgrade, upgraded on its own, names it alike)."""
+def change_uid(cid: int, at: str, actor: str, op: str, ids: str, decision: str | None) -> int:
+    """The uid of a change logged before schema 12: a hash of what it recorded (64 bits), the same
+    in every copy of the file (a backup made before the upgrade, upgraded on its own, names it alike)."""
     material = json.dumps([cid, at, actor, op, ids, decision], ensure_ascii=False)
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+    return int.from_bytes(hashlib.sha256(material.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
 def _change_uids(con: apsw.Connection, dim: int) -> None:

@@ -73,7 +73,7 @@ class CarriedChange:
     """A row of another file's log, as a merge reads it (:meth:`ChangeLog.carried`)."""
 
     id: int
-    uid: str
+    uid: int
     at: str
     actor: str
     op: str
@@ -119,13 +119,13 @@ class ChangeLog(Table):
     def write(self, op: str, actor: str, *, ids: dict[str, list[int]], purpose: str | None = None,
               summary: str | None = None, undo: str | None = None, decision: str | None = None,
               undoes: int | None = None, origin: str | None = None, at: str | None = None,
-              uid: str | None = None) -> int:
+              uid: int | None = None) -> int:
         """Append one row (and its change_facts rows); returns its id. A new change gets a random
         ``uid``; a copied one keeps its own."""
         shown = {k: list(v) for k, v in ids.items() if v}
         self.con.execute(
             "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, lower(hex(randomblob(16)))))",
+            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()))",
             (at or now_stored(), actor, op, purpose, summary, json.dumps(shown, separators=(",", ":")), undo, decision,
              undoes, origin, uid))
         cid = int(self.con.last_insert_rowid())
@@ -243,9 +243,9 @@ class ChangeLog(Table):
         return None if row is None or row[0] is None else int(row[0])
 
     # -- merges -------------------------------------------------------------------------------------
-    def uids(self) -> dict[str, int]:
+    def uids(self) -> dict[int, int]:
         """uid -> id of every change in this file."""
-        return {str(u): int(i) for u, i in self.con.execute("SELECT uid, id FROM change_log WHERE uid IS NOT NULL")}
+        return {int(u): int(i) for u, i in self.con.execute("SELECT uid, id FROM change_log WHERE uid IS NOT NULL")}
 
     def carried(self, *, has_uid: bool) -> list[CarriedChange]:
         """Every row of this file's log, to be copied into another by a merge (this file opened
