@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from .checks import check_id
 from .db import Database, MessageRow
-from .db.changes import UNDOABLE_OPS
+from .db.changes import UNDOABLE_OPS, CarriedChange
 from .db.merge import tombstone_hash
 from .entities import normalise
 from .errors import InvalidInputError, NotFoundError
@@ -27,7 +27,8 @@ from .filters import MessageFilter
 from .timeutil import from_stored
 from .types import Change, CoreFact, Segment, Trajectory, UndoReport
 
-__all__ = ["decision_key", "fact_actor", "changes", "undo", "facts_as_of", "segments_as_of", "trajectories_as_of"]
+__all__ = ["decision_key", "fact_actor", "changes", "undo", "take_back_theirs", "carry_log", "facts_as_of",
+           "segments_as_of", "trajectories_as_of"]
 
 
 def decision_key(subject: str, ftype: str, stmt: str, cited: Iterable[MessageRow]) -> str:
@@ -65,10 +66,18 @@ def changes(db: Database, *, since: Any = None, until: Any = None, actor: Any = 
 
 
 def _plan(db: Database, change_id: int) -> list[Change]:
-    """The changes an undo of ``change_id`` takes back, newest first (reads only)."""
+    """The changes an undo of ``change_id`` takes back, newest first (reads only). A change that
+    came with a merge is taken back through the change here that wrote its candidate."""
     target = db.changes.get(change_id)
     if target is None:
         raise NotFoundError(f"no change with id {change_id}")
+    if target.origin is not None and target.op in UNDOABLE_OPS and target.undone_by is None:
+        local = db.changes.realization(change_id)
+        if local is None:
+            raise InvalidInputError(
+                f"change {change_id} came from file {target.origin} and no change here wrote its candidate (the "
+                "merge's replay decided otherwise, has not run yet, or it was taken back): nothing to undo")
+        return sorted([*_plan(db, local), target], key=lambda c: -c.id)
     if target.op == "forget":
         raise InvalidInputError(f"change {change_id} is a forget: nothing it removed was kept, so it cannot be "
                                 "undone")
@@ -98,11 +107,74 @@ def undo(db: Database, change_id: Any, *, dry_run: bool = False) -> UndoReport:
         return UndoReport(change_id, tuple(plan), _facts(plan), dry_run=True)
     with db.write():
         plan = _plan(db, change_id)
-        for c in plan:
-            touched = db.changes.restore(c.id)
-            db.changes.write("undo", "user", ids={"facts": touched}, undoes=c.id,
-                             summary=f"undo of change {c.id} ({c.op})")
+        _take_back(db, plan, "user")
     return UndoReport(change_id, tuple(plan), _facts(plan))
+
+
+def _take_back(db: Database, plan: Sequence[Change], actor: str, *, skip: int | None = None) -> None:
+    """Restore each change of ``plan`` (newest first) and log its ``undo`` row (but ``skip``'s: a
+    merge copies the other file's own row for it)."""
+    for c in plan:
+        touched = db.changes.restore(c.id) if c.origin is None else []
+        if c.id != skip:
+            db.changes.write("undo", actor, ids={"facts": touched}, undoes=c.id,
+                             summary=f"undo of change {c.id} ({c.op})")
+
+
+# -- merges carry the log (docs/history.md, "Merges") ------------------------------------------------
+def take_back_theirs(db: Database, theirs: Sequence[CarriedChange], actor: str) -> set[int]:
+    """Before a merge's rebuild (inside its transaction): each undo in the other file's log of a
+    change this file holds too (the same uid, or one that wrote the same candidate here), not
+    undone here yet, is made here — the change and what built on it here. Returns the ids (in the
+    other file) of those undos that could not be made here (a forget or a merge built on the
+    change since): :func:`carry_log` copies them without their target."""
+    have = db.changes.uids()
+    by_id = {c.id: c for c in theirs}
+    refused = set()
+    for c in theirs:
+        target = by_id.get(c.undoes) if c.op == "undo" and c.undoes is not None else None
+        tid = None if c.uid in have or target is None else have.get(target.uid)
+        if tid is None:
+            continue
+        mine = db.changes.get(tid)
+        if mine is None or mine.undone_by is not None or mine.op not in UNDOABLE_OPS:
+            continue
+        try:
+            plan = _plan(db, tid)
+        except InvalidInputError:
+            if mine.origin is None:
+                refused.add(c.id)
+            continue
+        _take_back(db, plan, actor, skip=tid)
+    return refused
+
+
+def carry_log(db: Database, theirs: Sequence[CarriedChange], *, file_id: str, messages: Mapping[int, int | None],
+              refused: Collection[int] = ()) -> int:
+    """Copy the other file's log rows this file does not hold (by uid) into it, in their order, with
+    their record time and actor, ``origin`` the file that recorded them (``file_id`` for its own).
+    Message ids become this file's (``messages``: theirs -> ours, None when not here); a row naming a
+    message not here (forgotten on either side) keeps no summary; the other ids (facts, segments,
+    ...) are theirs and are not kept: a copied CoreFact change is tied to this file's facts by the
+    change here that wrote its candidate. Returns the rows copied."""
+    have = db.changes.uids()
+    ours: dict[int, int] = {}
+    n = 0
+    for c in theirs:
+        if c.uid in have:
+            ours[c.id] = have[c.uid]
+            continue
+        mids = [messages.get(m) for m in c.ids.get("messages", ())]
+        kept = [m for m in mids if m is not None]
+        undoes = None if c.undoes is None or c.id in refused else ours.get(c.undoes)
+        summary = None if len(kept) < len(mids) else c.summary
+        if c.id in refused and summary is not None:
+            summary += " (not taken back here: a later change built on it here)"
+        ours[c.id] = have[c.uid] = db.changes.write(
+            c.op, c.actor, ids={"messages": kept}, purpose=c.purpose, summary=summary, decision=c.decision,
+            undoes=undoes, origin=c.origin or file_id, at=c.at, uid=c.uid)
+        n += 1
+    return n
 
 
 def _facts(plan: Sequence[Change]) -> tuple[int, ...]:

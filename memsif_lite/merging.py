@@ -32,16 +32,18 @@ with its place steps pending); ``dry_run`` reports without writing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from . import store
+from . import history, store
 from .active_facts import ActiveFactStore, Evidence
 from .config import Config
 from .db import Database
+from .db.changes import OPS, CarriedChange
 from .db.merge import FullMessage
 from .embed import Embeddings, passage, passage_hash
 from .entities import extract_entities
@@ -52,7 +54,7 @@ from .ingest import MessageIn
 from .keys import Key, KeyLike, as_key
 from .pipelines import Pipelines
 from .steps import REKEYED, STEPS, Rebuild, StepKind
-from .timeutil import now_stored
+from .timeutil import is_stored, now_stored
 from .worker import Worker
 
 __all__ = ["MergeReport", "OtherFile", "read_other", "merge", "merge_file"]
@@ -64,9 +66,10 @@ class MergeReport:
     (already here), ``skipped_forgotten`` (a tombstone on either side), ``removed_by_tombstones``
     (here, forgotten there), ``tombstones_added``, ``re_embedded`` (other embedding model);
     ``rebuilt_from`` (stored UTC time) and ``replayed`` (messages placed again); ActiveFact
-    ``queries_added``; CoreFacts ``facts_added`` (new, or current again), ``facts_superseded`` and
-    ``facts_removed`` as "subject: statement (type, from date)" — only when the rebuild ran inside
-    the merge (offline, inline); else empty; ``pending_steps`` left in the queue."""
+    ``queries_added``; ``changes_copied``: rows of its change log copied into this one's; CoreFacts
+    ``facts_added`` (new, or current again), ``facts_superseded`` and ``facts_removed`` as "subject:
+    statement (type, from date)" — only when the rebuild ran inside the merge (offline, inline); else
+    empty; ``pending_steps`` left in the queue."""
 
     other: str
     added: int = 0
@@ -78,6 +81,8 @@ class MergeReport:
     rebuilt_from: str | None = None
     replayed: int = 0
     queries_added: int = 0
+    #: rows of the other file's change log copied into this file's (docs/history.md, "Merges")
+    changes_copied: int = 0
     facts_added: tuple[str, ...] = field(default_factory=tuple)
     facts_superseded: tuple[str, ...] = field(default_factory=tuple)
     facts_removed: tuple[str, ...] = field(default_factory=tuple)
@@ -103,6 +108,8 @@ class OtherFile:
     clusters: list[tuple[str, list[tuple[str, list[int]]], list[tuple[str, bytes]]]]
     #: the other file's own name for itself (meta ``file_id``, schema 11): the log's ``merge:<file id>``
     file_id: str = "unknown"
+    #: its change log (schema 11), copied into this file's (docs/history.md, "Merges")
+    changes: list[CarriedChange] = field(default_factory=list)
 
 
 def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int, key: Key | None = None) -> OtherFile:
@@ -126,6 +133,7 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int, key: K
                 msgs = db.merge.messages(has_offset=info.holds("utc_offsets"), int8=info.holds("int8_vectors"))
                 tombs = db.merge.tombstones(has_table=info.holds("tombstones"))
                 clusters = db.merge.clusters() if info.holds("clusters") else []
+                log = db.changes.carried(has_uid=info.holds("change_uids")) if info.holds("change_log") else []
         finally:
             con.close()
         if not quiet.immutable or quiet.still_quiet():
@@ -135,8 +143,42 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int, key: K
         _validate(m, dim, max_chars, p)
     if any(len(h) != 32 for h in tombs):
         raise MemoryFileError(f"{p} has malformed tombstones")
-    file_id = str(info.meta.get("file_id", "unknown"))[:64]
-    return OtherFile(p, model_id, dim, msgs, tombs, clusters, file_id)
+    for c in log:
+        why = _change_problem(c)
+        if why is not None:
+            raise MemoryFileError(f"{p}: change {c.id} is not one memsif_lite logs ({why})")
+    file_id = str(info.meta.get("file_id", "unknown"))
+    if not _FILE_ID.match(file_id):
+        raise MemoryFileError(f"{p} names itself {file_id[:40]!r}, not as memsif_lite does")
+    return OtherFile(p, model_id, dim, msgs, tombs, clusters, file_id, log)
+
+
+_FILE_ID = re.compile(r"^[0-9a-f]{32}$|^unknown$")
+_DECISION = re.compile(r"^[0-9a-f]{64}$")
+_ACTOR = re.compile(r"^(rule|user|memsif|llm:[^\x00-\x1f\x7f]{1,200}|merge:[0-9a-f]{32}|merge:unknown)$")
+
+
+def _change_problem(c: CarriedChange) -> str | None:
+    """Why a row of the other file's log is not one memsif writes, or None."""
+    if type(c.uid) is not int:
+        return "its uid"
+    if not is_stored(c.at):
+        return "its time"
+    if not isinstance(c.actor, str) or not _ACTOR.match(c.actor):
+        return "its actor"
+    if c.op not in OPS:
+        return "its operation"
+    if not (c.purpose is None or (isinstance(c.purpose, str) and len(c.purpose) <= 100)):
+        return "its purpose"
+    if not (c.summary is None or (isinstance(c.summary, str) and len(c.summary) <= 100_000)):
+        return "its summary"
+    if not (c.decision is None or (isinstance(c.decision, str) and _DECISION.match(c.decision))):
+        return "its decision"
+    if not (c.origin is None or (isinstance(c.origin, str) and _FILE_ID.match(c.origin))):
+        return "its origin"
+    if not (c.undoes is None or (type(c.undoes) is int and c.undoes < c.id)):
+        return "the change it undoes"
+    return None
 
 
 def _validate(m: FullMessage, dim: int, max_chars: int, p: Path) -> None:
@@ -205,10 +247,12 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         # what the rebuild below will replay, read the same way it will be (the messages forgotten
         # here first are not replayed), so that a dry run reports what the merge does
         start, _, replaced, _ = rebuild_point(db, min(times), {m.id for m in remove}) if times else (None, None, [], [])
+        uids = db.changes.uids()
     report = MergeReport(str(other.path), added=len(incoming), skipped_present=present, skipped_forgotten=forgotten,
                          removed_by_tombstones=len(remove), tombstones_added=len(other.tombstones - mine_tombs),
                          re_embedded=0 if same_model else len(incoming), rebuilt_from=start,
-                         replayed=len(replaced) + len(incoming), dry_run=dry_run)
+                         replayed=len(replaced) + len(incoming), dry_run=dry_run,
+                         changes_copied=len({c.uid for c in other.changes} - set(uids)))
     if dry_run:
         return report
     # embedding (and the other file's query vectors) with no transaction open
@@ -226,6 +270,7 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
     with db.write(), db.changes.record("merge", f"merge:{other.file_id}") as change:
         # another process may have added some of them meanwhile
         fresh = [m for m in fresh if not db.filters.already_present(m.speaker, m.text, m.at, m.source_id)]
+        refused = history.take_back_theirs(db, other.changes, f"merge:{other.file_id}")
         now = now_stored()
         for h in sorted(other.tombstones - mine_tombs):
             db.tombstones.add(h, now)
@@ -247,7 +292,11 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
                 # the stored (int8) direction, exactly what a later step reads back
                 worker.hint(nid, dequantize(quantize(np.frombuffer(vec, dtype=np.float32))), extract_entities(text))
         db.tombstones.settle()
+        copied = history.carry_log(db, other.changes, file_id=other.file_id, refused=refused,
+                                   messages=_their_messages(db, other, every_tomb))
         n_queries = _fold_clusters(db, other, active_store, queries)
+        if not (fresh or removed or start is not None or copied or n_queries or report.tombstones_added):
+            change.skip = True  # nothing changed: nothing to log
         if process_now:
             worker.run()
         facts_after = db.merge.facts_summary() if process_now else facts_before  # else: known once the queue ran
@@ -257,11 +306,23 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         str(other.path), added=len(fresh), skipped_present=present + len(incoming) - len(fresh),
         skipped_forgotten=forgotten, removed_by_tombstones=removed, tombstones_added=report.tombstones_added,
         re_embedded=0 if same_model else len(fresh), rebuilt_from=start, replayed=replayed, queries_added=n_queries,
+        changes_copied=copied,
         facts_added=tuple(sorted(_fact_line(f) for f in facts_after - facts_before if f[4])),
         facts_superseded=tuple(sorted(_fact_line(f) for f in facts_after - facts_before if not f[4])),
         facts_removed=tuple(sorted(_fact_line(f) for f in gone
                                    if (f[0], f[1], f[2], f[3], not f[4]) not in facts_after)),
         pending_steps=pending, dry_run=False)
+
+
+def _their_messages(db: Database, other: OtherFile, tombstones: set[bytes]) -> dict[int, int | None]:
+    """The other file's message ids its log names -> this file's (None: forgotten on either side)."""
+    named = {m for c in other.changes for m in c.ids.get("messages", ())}
+    out: dict[int, int | None] = {}
+    for m in other.messages:
+        if m.id in named:
+            out[m.id] = None if m.tombstone in tombstones else db.filters.present_id(m.speaker, m.text, m.at,
+                                                                                        m.source_id)
+    return out
 
 
 def _query_vectors(other: OtherFile, embed_query: Callable[[str], np.ndarray], same_model: bool) -> dict[str, bytes]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -61,9 +62,10 @@ _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-SchemaPart = Literal["clusters", "utc_offsets", "int8_vectors", "tombstones"]
+SchemaPart = Literal["clusters", "utc_offsets", "int8_vectors", "tombstones", "change_log", "change_uids"]
 #: the schema version that added each part a reader of an older file must know about
-_SCHEMA_PARTS: dict[str, int] = {"clusters": 3, "utc_offsets": 5, "int8_vectors": 6, "tombstones": 7}
+_SCHEMA_PARTS: dict[str, int] = {"clusters": 3, "utc_offsets": 5, "int8_vectors": 6, "tombstones": 7, "change_log": 11,
+                                 "change_uids": 12}
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class FileInfo:
     def holds(self, part: SchemaPart) -> bool:
         """Whether the file's schema has ``part`` (a file of an older schema is read as it is, e.g.
         to merge it): ActiveFact clusters, each message's UTC offset, message vectors stored as
-        int8 codes (float32 before), the hashes of forgotten messages."""
+        int8 codes (float32 before), the hashes of forgotten messages, the change log, its uids."""
         return self.user_version >= _SCHEMA_PARTS[part]
 
 
@@ -261,9 +263,23 @@ def _reindex(con: apsw.Connection, mid: int, old: tuple[str, str], new: tuple[st
     _sql(con, "INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, *new))
 
 
+def change_uid(cid: int, at: str, actor: str, op: str, ids: str, decision: str | None) -> int:
+    """The uid of a change logged before schema 12: a hash of what it recorded (64 bits), the same
+    in every copy of the file (a backup made before the upgrade, upgraded on its own, names it alike)."""
+    material = json.dumps([cid, at, actor, op, ids, decision], ensure_ascii=False)
+    return int.from_bytes(hashlib.sha256(material.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def _change_uids(con: apsw.Connection, dim: int) -> None:
+    """Data step of migration 12: the rows of the change log so far get their uid."""
+    for cid, at, actor, op, ids, decision in _sql(
+            con, "SELECT id, at, actor, op, ids, decision FROM change_log WHERE uid IS NULL").fetchall():
+        _sql(con, "UPDATE change_log SET uid=? WHERE id=?", (change_uid(cid, at, actor, op, ids, decision), cid))
+
+
 #: migrations whose data change needs Python after their SQL (run in the same transaction,
 #: also when the expected schema is built, so the schema check sees their DDL too)
-DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts, 9: _fulltext_nfc}
+DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts, 9: _fulltext_nfc, 12: _change_uids}
 
 
 def inspect(path: str | Path, *, key: Key | None = None) -> FileInfo | None:

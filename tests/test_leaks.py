@@ -74,7 +74,8 @@ def test_the_error_tree_names_every_user_error():
 def test_the_passage_cache_key_is_made_in_one_place(memory, db):
     """A message's content hash is ``passage_hash(passage(speaker, text))``, and only embed.py
     hashes passages (db/merge.py hashes tombstones, history.py the CoreFact decisions an undo remembers,
-    view/page.py the page's own script and style, for its Content-Security-Policy)."""
+    view/page.py the page's own script and style, for its Content-Security-Policy,
+    store.py the changes logged before schema 12 gave each one a uid)."""
     mem = memory()
     mid = mem.add("Sam", "I adopted a greyhound named Pixel.")
     with raw(db) as con:
@@ -82,7 +83,7 @@ def test_the_passage_cache_key_is_made_in_one_place(memory, db):
     assert stored == passage_hash(passage("Sam", "I adopted a greyhound named Pixel."))
     hashing = {name for name, tree in _trees().items() for node in ast.walk(tree)
                if isinstance(node, ast.Attribute) and node.attr == "sha256"}
-    assert hashing <= {"embed.py", "db/merge.py", "history.py", "view/page.py"}, hashing
+    assert hashing <= {"embed.py", "db/merge.py", "history.py", "view/page.py", "store.py"}, hashing
     key = re.compile(r'f"\{[a-z_.]*speaker\}: \{[a-z_.]*text\}"')
     spelled = {name for name, text in _sources().items() if key.search(text)}
     # (retrieval.py: a segment's display lines in a search result, not a key)

@@ -33,6 +33,8 @@ def _merge_lines(doc: Mapping[str, Any], *, other: str, dry_run: bool, **_: Any)
     if doc["rebuilt_from"]:
         yield (f"structure {'to rebuild' if dry_run else 'rebuilt'} from {doc['rebuilt_from']}"
                + (f" ({plural(doc['replayed'], 'message')} placed again)" if doc["replayed"] else ""))
+    if doc["changes_copied"]:
+        yield f"{plural(doc['changes_copied'], 'change')} of its log {'to copy' if dry_run else 'copied'} (memsif log)"
     yield from (f"  + fact {line}" for line in doc["facts_added"])
     yield from (f"  ~ superseded {line}" for line in doc["facts_superseded"])
     yield from (f"  - fact {line}" for line in doc["facts_removed"])

@@ -17,6 +17,7 @@ from ..checks import INT64_MAX
 from ..errors import InvalidInputError
 from ..timeutil import is_stored
 from .base import Table
+from .changes import ChangeLog
 from .maintenance import backup, check_connection, export_rows, import_rows, read_export
 from .messages import ID_HIGH, ID_LIMIT, retire_id
 from .queue import step_problem
@@ -97,7 +98,8 @@ class Admin(Table):
     def import_from(self, path: Path, *, model_id: str, dim: int) -> dict[str, int]:
         """Load an export file into this fresh file, in one transaction. An export may come from
         anyone: every row is checked as memsif would have written it (:func:`_row_problem`) and the
-        first one refused is named by its line; then nothing is loaded."""
+        first one refused is named by its line; then nothing is loaded. The change log gets one
+        ``import`` row naming everything loaded (an export does not carry the log)."""
         try:
             fh = open(path, encoding="utf-8")
         except OSError as e:
@@ -110,6 +112,8 @@ class Admin(Table):
                                      model_id=model_id, dim=dim)
                 for table, high in marks.items():  # ids forgotten before the export stay unused here too
                     retire_id(self.con, table, high)
+                ChangeLog(self.con).note_all("import", "user", summary=f"{counts.get('messages', 0)} messages "
+                                             "imported from an export, with what was derived from them")
         except UnicodeDecodeError:
             raise InvalidInputError(f"{path} is not a memsif export (not UTF-8 text)") from None
         except InvalidInputError as e:

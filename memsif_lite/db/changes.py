@@ -22,20 +22,32 @@ from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
 
+from ..store import change_uid
 from ..timeutil import from_stored, now_stored
 from ..types import Change
 from .base import Table
 from .facts import CoreFacts
 from .messages import retire_id
 
-__all__ = ["ChangeLog", "Journal", "RecordedFacts", "UNDOABLE_OPS"]
+__all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
 
 #: the operations :meth:`Memory.undo` can take back
 UNDOABLE_OPS = frozenset({"fact.add", "fact.update", "fact.merge", "fact.supersede"})
+#: every operation the log knows (a merge copies no other)
+OPS = UNDOABLE_OPS | {"place", "link", "active.promote", "active.restate", "active.withdraw", "forget", "merge", "undo",
+                      "baseline", "import"}
 _FACT_COLS = ("subject", "type", "stmt", "slot", "valid_from", "valid_to", "superseded_by", "created_at",
               "updated_at", "origin")
 _KINDS = ("facts", "messages", "segments", "trajectories", "active_facts")
-_CHANGE = "id, at, actor, op, purpose, summary, ids, undo IS NOT NULL, undoes, origin"
+#: a copied change (one that came with a merge) keeps no images: it can be taken back through the
+#: change here that wrote the same candidate (:meth:`ChangeLog.realization`)
+_LOCAL = ("l.decision=c.decision AND l.origin IS NULL AND l.undo IS NOT NULL AND l.op != 'undo' "
+          "AND NOT EXISTS(SELECT 1 FROM change_log u WHERE u.undoes=l.id)")
+_CHANGE = ("c.id, c.at, c.actor, c.op, c.purpose, c.summary, c.ids, (c.undo IS NOT NULL OR (c.origin IS NOT NULL "
+           f"AND c.decision IS NOT NULL AND EXISTS(SELECT 1 FROM change_log l WHERE {_LOCAL}))), c.undoes, c.origin, "
+           "(SELECT min(u.id) FROM change_log u WHERE u.undoes=c.id)")
+#: the columns a merge copies from the other file's log (``uid`` computed for a schema 11 file)
+_CARRIED = "id, at, actor, op, purpose, summary, ids, decision, undoes, origin"
 
 
 @dataclass
@@ -48,10 +60,29 @@ class Journal:
     images: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     ids: dict[str, list[int]] = field(default_factory=dict)
     summary: str | None = None
+    #: set by the block when it changed nothing after all: no row is written
+    skip: bool = False
 
     def touch(self, kind: str, ids: Sequence[int]) -> None:
         have = self.ids.setdefault(kind, [])
         have.extend(i for i in ids if i not in have)
+
+
+@dataclass(frozen=True)
+class CarriedChange:
+    """A row of another file's log, as a merge reads it (:meth:`ChangeLog.carried`)."""
+
+    id: int
+    uid: int
+    at: str
+    actor: str
+    op: str
+    purpose: str | None
+    summary: str | None
+    ids: dict[str, list[int]]
+    decision: str | None
+    undoes: int | None
+    origin: str | None
 
 
 class ChangeLog(Table):
@@ -74,6 +105,8 @@ class ChangeLog(Table):
             yield j
         finally:
             self._open.pop()
+        if j.skip:
+            return
         undo = None
         if undoable:
             added = [h for (h,) in self.con.execute("SELECT id FROM fact_history WHERE id > ? ORDER BY id", (mark,))]
@@ -85,13 +118,16 @@ class ChangeLog(Table):
 
     def write(self, op: str, actor: str, *, ids: dict[str, list[int]], purpose: str | None = None,
               summary: str | None = None, undo: str | None = None, decision: str | None = None,
-              undoes: int | None = None, origin: str | None = None, at: str | None = None) -> int:
-        """Append one row (and its change_facts rows); returns its id."""
+              undoes: int | None = None, origin: str | None = None, at: str | None = None,
+              uid: int | None = None) -> int:
+        """Append one row (and its change_facts rows); returns its id. A new change gets a random
+        ``uid``; a copied one keeps its own."""
         shown = {k: list(v) for k, v in ids.items() if v}
         self.con.execute(
-            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?)", (at or now_stored(), actor, op, purpose, summary,
-                                            json.dumps(shown, separators=(",", ":")), undo, decision, undoes, origin))
+            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()))",
+            (at or now_stored(), actor, op, purpose, summary, json.dumps(shown, separators=(",", ":")), undo, decision,
+             undoes, origin, uid))
         cid = int(self.con.last_insert_rowid())
         for fid in shown.get("facts", []):
             self.con.execute("INSERT OR IGNORE INTO change_facts(fact_id, change_id) VALUES(?,?)", (fid, cid))
@@ -100,6 +136,17 @@ class ChangeLog(Table):
     def note(self, op: str, actor: str, *, summary: str | None = None, **ids: Sequence[int]) -> int:
         """A change that keeps no images (a placement, a promotion...): one row."""
         return self.write(op, actor, summary=summary, ids={k: list(v) for k, v in ids.items()})
+
+    def note_all(self, op: str, actor: str, *, summary: str) -> int:
+        """A change that brought in everything the file holds (an import): one row naming every
+        CoreFact, placed message, segment, trajectory and ActiveFact."""
+        q = self.con.execute
+        ids = {"facts": [i for (i,) in q("SELECT id FROM core_facts ORDER BY id")],
+               "messages": [i for (i,) in q("SELECT message_id FROM message_units ORDER BY message_id")],
+               "segments": [i for (i,) in q("SELECT id FROM segments ORDER BY id")],
+               "trajectories": [i for (i,) in q("SELECT id FROM trajectories ORDER BY id")],
+               "active_facts": [i for (i,) in q("SELECT id FROM active_facts ORDER BY id")]}
+        return self.write(op, actor, summary=summary, ids=ids)
 
     @property
     def journal(self) -> Journal | None:
@@ -146,16 +193,16 @@ class ChangeLog(Table):
         if actor is not None:
             where.append("(c.actor = ? OR c.actor LIKE ? ESCAPE '\\')")
             args += [actor, actor.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"]
-        if fact_id is not None:
-            where.append("c.id IN (SELECT change_id FROM change_facts WHERE fact_id=?)")
-            args.append(fact_id)
+        if fact_id is not None:  # a copied change: through the change here that wrote its candidate
+            where.append("(c.id IN (SELECT change_id FROM change_facts WHERE fact_id=?) OR (c.origin IS NOT NULL AND "
+                         "c.decision IN (SELECT l.decision FROM change_facts x JOIN change_log l ON l.id=x.change_id "
+                         "WHERE x.fact_id=? AND l.decision IS NOT NULL)))")
+            args += [fact_id, fact_id]
         if op is not None:
             where.append("(c.op = ? OR c.op LIKE ?)")
             args += [op, op + ".%"]
-        rows = self.con.execute(
-            f"SELECT {_CHANGE.replace('id,', 'c.id,', 1)}, (SELECT min(u.id) FROM change_log u WHERE u.undoes=c.id) "
-            f"FROM change_log c WHERE {' AND '.join(where)} ORDER BY c.id LIMIT ?",
-            (*args, -1 if limit is None else limit)).fetchall()
+        rows = self.con.execute(f"SELECT {_CHANGE} FROM change_log c WHERE {' AND '.join(where)} ORDER BY c.id LIMIT ?",
+                                (*args, -1 if limit is None else limit)).fetchall()
         return [_change(r) for r in rows]
 
     def get(self, cid: int) -> Change | None:
@@ -164,8 +211,7 @@ class ChangeLog(Table):
 
     def rows(self, ids: Sequence[int]) -> list[Change]:
         return [_change(r) for r in self.rows_in(
-            f"SELECT {_CHANGE}, (SELECT min(u.id) FROM change_log u WHERE u.undoes=change_log.id) "
-            "FROM change_log WHERE id IN ({marks}) ORDER BY id", list(ids))]
+            f"SELECT {_CHANGE} FROM change_log c WHERE c.id IN ({{marks}}) ORDER BY c.id", list(ids))]
 
     def later_touching(self, after: int, facts: set[int]) -> list[tuple[int, set[int]]]:
         """(change id, facts it touched) of every change after ``after`` that touched any fact of
@@ -188,6 +234,31 @@ class ChangeLog(Table):
         return self.con.execute(
             "SELECT 1 FROM change_log c JOIN change_log u ON u.undoes=c.id WHERE c.decision=? LIMIT 1",
             (key,)).fetchone() is not None
+
+    def realization(self, cid: int) -> int | None:
+        """The change here that wrote the candidate of copied change ``cid`` (the latest one, not
+        undone), which an undo of ``cid`` takes back; None if there is none."""
+        row = self.con.execute("SELECT max(l.id) FROM change_log c, change_log l WHERE c.id=? "
+                               f"AND c.origin IS NOT NULL AND {_LOCAL}", (cid,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    # -- merges -------------------------------------------------------------------------------------
+    def uids(self) -> dict[int, int]:
+        """uid -> id of every change in this file."""
+        return {int(u): int(i) for u, i in self.con.execute("SELECT uid, id FROM change_log WHERE uid IS NOT NULL")}
+
+    def carried(self, *, has_uid: bool) -> list[CarriedChange]:
+        """Every row of this file's log, to be copied into another by a merge (this file opened
+        read-only: ``has_uid`` false for a schema 11 file, whose uids are computed as its upgrade
+        would). Values are returned as stored: the merge checks them."""
+        cols = _CARRIED + (", uid" if has_uid else ", NULL")
+        out = []
+        for r in self.con.execute(f"SELECT {cols} FROM change_log ORDER BY id"):
+            cid, at, actor, op, purpose, summary, ids, decision, undoes, origin, uid = r
+            if uid is None and all(isinstance(v, str) for v in (at, actor, op, ids)):
+                uid = change_uid(cid, at, actor, op, ids, decision)
+            out.append(CarriedChange(cid, uid, at, actor, op, purpose, summary, _ids(ids), decision, undoes, origin))
+        return out
 
     def last_id(self) -> int:
         return int(self.con.execute("SELECT coalesce(max(id), 0) FROM change_log").fetchone()[0])
@@ -234,6 +305,13 @@ class ChangeLog(Table):
                 "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
                 f"AND id IN (SELECT change_id FROM change_facts WHERE fact_id IN ({','.join('?' * len(chunk))}))",
                 chunk)
+            n += self.con.changes()
+            self.con.execute(  # and every change that wrote the same candidates: one that came with a merge,
+                # or one whose fact a merge's rebuild removed before its replay wrote it again
+                "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
+                "AND decision IN "
+                "(SELECT l.decision FROM change_facts x JOIN change_log l ON l.id=x.change_id WHERE l.decision IS NOT "
+                f"NULL AND x.fact_id IN ({','.join('?' * len(chunk))}))", chunk)
             n += self.con.changes()
         for mid in sorted(set(messages)):
             self.con.execute(
