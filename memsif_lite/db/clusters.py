@@ -106,7 +106,7 @@ class Clusters(Table):
         self.con.execute("DELETE FROM active_facts WHERE id=?", (fid,))
 
     def nearest_active(self, vec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        return self.knn("active_fact_vec", vec, min(k, self.count("active_fact_vec")))
+        return self.knn("active_fact_vec", vec, k)  # fewer when there are fewer
 
     def active_row(self, fid: int) -> tuple[int, str, str, str]:
         """(id, subject, stmt, created_at) of an ActiveFact."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -155,6 +155,11 @@ class Structure(Table):
     def segment_of_message(self, mid: int) -> int | None:
         row = self.con.execute("SELECT segment_id FROM message_units WHERE message_id=?", (mid,)).fetchone()
         return None if row is None else int(row[0])
+
+    def segments_of_messages(self, mids: Sequence[int]) -> dict[int, int]:
+        """message id -> its segment, for those of ``mids`` placed in one (one query)."""
+        return dict(self.rows_in("SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})",
+                                 list(mids)))
 
     def unplace_message(self, mid: int) -> None:
         self.con.execute("DELETE FROM message_units WHERE message_id=?", (mid,))
