@@ -18,8 +18,8 @@ from .db import MessageRow
 from .fulltext import index_text
 from .retrieval import query_terms
 from .timeutil import from_stored, local_time, relative_notes
-from .tokens import (CACHED_CHARS, Encode, cached_for_short_texts, count_encoded, count_tokens, count_tokens_many,
-                     count_upto, encode, joins_exactly, prefix_within)
+from .tokens import (CACHED_CHARS, Encode, cached_for_short_texts, count_encoded, count_tokens, count_upto, encode,
+                     joins_exactly, prefix_within)
 from .types import EvidenceItem
 
 __all__ = ["excerpt", "excerpt_counted", "query_words", "with_replies", "low_information", "offline_evidence"]
@@ -51,9 +51,7 @@ class _Sentence(NamedTuple):
 def _sentences(text: str) -> tuple[_Sentence, ...]:
     """A short message's sentences with what excerpting needs of them that does not depend on the
     question (computed once per process: the same messages recur across questions)."""
-    sents = _split(text)
-    return tuple(_Sentence(x, _words(x), n, joins_exactly(x))
-                 for x, n in zip(sents, count_tokens_many(sents), strict=True))
+    return tuple(_Sentence(x, _words(x), count_encoded(encode(x)), joins_exactly(x)) for x in _split(text))
 
 
 def query_words(question: str) -> set[str]:

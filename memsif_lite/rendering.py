@@ -3,6 +3,7 @@ grouped under a line per day, every line counted exactly so the text never excee
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import date
 from typing import Iterable, Sequence
@@ -33,6 +34,7 @@ def _evidence_line(e: EvidenceItem) -> str:
     return f"- {e.speaker}: {_LINE_BREAK.sub(chr(10) + '  ', e.stmt)}{notes}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _day_line(day: date) -> str:
     return f"[{day:%Y-%m-%d}]"
 
