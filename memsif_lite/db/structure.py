@@ -233,12 +233,15 @@ class Structure(Table):
     def units_by_best_member(self, ranked: list[int]) -> dict[str, list[int]]:
         """Per level, the segments (trajectories) holding any of the ``ranked`` message ids, in
         the order of their best-ranked member (one query)."""
+        rank: dict[int, int] = {}
+        for pos, mid in enumerate(ranked):
+            rank.setdefault(mid, pos)
         seg: dict[int, int] = {}   # unit id -> rank of its best member
         traj: dict[int, int] = {}
-        for pos, sid, tid in self.con.execute(
-                "SELECT j.key, u.segment_id, s.trajectory_id FROM json_each(?) j "
-                "JOIN message_units u ON u.message_id=j.value JOIN segments s ON s.id=u.segment_id",
-                (json.dumps(ranked),)):
+        for mid, sid, tid in self.rows_in(
+                "SELECT u.message_id, u.segment_id, s.trajectory_id FROM message_units u "
+                "JOIN segments s ON s.id=u.segment_id WHERE u.message_id IN ({marks})", list(rank)):
+            pos = rank[mid]
             seg[sid] = min(pos, seg.get(sid, pos))
             if tid is not None:
                 traj[tid] = min(pos, traj.get(tid, pos))
@@ -255,8 +258,10 @@ class Structure(Table):
         out: dict[int, list[int]] = {u: [] for u in uids}
         for uid, mid in self.rows_in(
                 f"SELECT {key}, u.message_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
-                f"WHERE {key} IN ({{marks}}) ORDER BY u.message_id", uids):
+                f"WHERE {key} IN ({{marks}})", uids):
             out[uid].append(mid)
+        for mids in out.values():  # nearly in order already (by segment, then message): cheaper than SQLite's sort
+            mids.sort()
         return out
 
     # -- listings --------------------------------------------------------------------------------
