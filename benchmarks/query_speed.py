@@ -31,9 +31,9 @@ from locomo import CATEGORIES, gold_ids, pack, with_offsets  # noqa: E402
 
 
 class Vectors:
-    """Passage vectors from the benchmarks' cache, question vectors computed beforehand."""
+    """Passage vectors from the benchmarks' cache (or the model), question vectors computed beforehand."""
 
-    def __init__(self, cached: CachedEmbedder, questions: dict[str, np.ndarray]):
+    def __init__(self, cached, questions: dict[str, np.ndarray]):
         self.cached, self.questions = cached, questions
         self.model_id, self.dim, self.metric = cached.model_id, cached.dim, cached.metric
         self.sem_levels, self.query_levels = cached.sem_levels, cached.query_levels
@@ -54,7 +54,7 @@ def run(args) -> dict:
     from memsif_lite.tokens import count_tokens
 
     real = resolve_embedder(None)
-    cached = CachedEmbedder(real, cache_name="locomo")
+    cached = CachedEmbedder(real, cache_name="locomo") if not args.no_cache else real
     budgets = [int(b) for b in args.budgets.split(",")]
     best: dict[tuple[str, str, int], list[float]] = {}  # least CPU ms: memsif, hybrid
     with tempfile.TemporaryDirectory() as d:
@@ -101,6 +101,8 @@ def main() -> None:
     ap.add_argument("--budgets", default="500,1000,2000")
     ap.add_argument("--reps", type=int, default=3, help="runs of each (question, budget); the least CPU time is kept")
     ap.add_argument("--out", help="write the result as JSON here too")
+    ap.add_argument("--no-cache", action="store_true", help="embed the turns with the model instead of reading the "
+                    "vectors locomo.py cached in benchmarks/.cache")
     args = ap.parse_args()
     res = run(args)
     for s, v in res["systems"].items():
