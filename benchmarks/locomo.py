@@ -32,7 +32,10 @@ Systems:
 Costs: ``ingest_turns_per_s`` counts embedding with the real model (timed once per conversation,
 uncached) plus what the system stores: flat systems store messages, vectors and FTS rows;
 memsif systems also build segments, trajectories and CoreFacts (timed with precomputed vectors).
-``query_ms_p50/p95`` time context building only (all budgets). ``file_bytes_per_turn`` is the
+``query_ms_p50/p95`` time context building only (all budgets), the question's embedding
+included for every system that embeds it. ``context_digests`` holds, per budget and question, a
+digest of the context's text and of the turns it holds: two runs built the same contexts when
+their digests are equal. ``file_bytes_per_turn`` is the
 checkpointed file size over turns (flat systems: ``benchmarks/_flat.py``, an independent store
 with memsif's message tables only — messages, vectors, FTS — and no structure). ``peak_rss_mb`` is the process's
 peak, shared by all systems, unless ``--rss-per-system`` runs each system alone in a subprocess.
@@ -46,6 +49,7 @@ context. ``--structure`` adds per conversation the Topical Segments and Event Tr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -150,6 +154,9 @@ def run(args) -> dict:
         s: {b: [] for b in budgets} for s in systems}
     # chat-style files (benchmarks/chatify.py): per question, turn-level recall (any piece, all pieces)
     per_turn: dict[str, dict[int, list[tuple[float, float]]]] = {s: {b: [] for b in budgets} for s in systems}
+    # per question: a digest of the context's text and of the turns it holds (to show that a change
+    # which should only make contexts faster to build leaves every one of them as it was)
+    digests: dict[str, dict[int, list[str]]] = {s: {b: [] for b in budgets} for s in systems}
     structure: dict[str, dict] = {}
     n_questions = n_turns = 0
     asked: list[str] = []
@@ -225,6 +232,8 @@ def run(args) -> dict:
                         totals[s]["lat"].append((time.perf_counter() - t0) * 1000)
                         rec = sum(g in have for g in gold) / len(gold)
                         per_q[s][b].append((sid, cat, is_nce, rec, coverage(q.get("answer", ""), words(text))))
+                        digests[s][b].append(hashlib.sha1(
+                            f"{text}\0{sorted(have)}".encode()).hexdigest()[:16])
                         if "evidence_turns" in q:
                             per_turn[s][b].append(turn_recall(q["evidence_turns"], known, have))
             for m in mems.values():
@@ -246,6 +255,7 @@ def run(args) -> dict:
         out["systems"][s] = {
             **summarise(per_q[s], budgets),
             "per_question": {str(b): [[r, c] for _, _, _, r, c in per_q[s][b]] for b in budgets},
+            "context_digests": {str(b): digests[s][b] for b in budgets},
             "ingest_turns_per_s": round(totals[s]["turns"] / totals[s]["ingest_s"], 1),
             "query_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat else None,
             "query_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat else None,

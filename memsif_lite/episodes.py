@@ -66,11 +66,11 @@ def with_neighbours(db: Database, ranked: Sequence[int], rows: dict[int, Message
     if top <= 0:
         return list(ranked)
     heads = list(dict.fromkeys(ranked[:top]))
-    seg_of = {m: db.structure.segment_of_message(m) for m in heads}
-    members = db.structure.members("segment", sorted({s for s in seg_of.values() if s is not None}))
+    seg_of = db.structure.segments_of_messages(heads)
+    members = db.structure.members("segment", sorted(set(seg_of.values())))
     window: dict[int, tuple[list[int], list[int]]] = {}  # before (nearest first), after
     for m in heads:
-        sid = seg_of[m]
+        sid = seg_of.get(m)
         ids = members.get(sid, []) if sid is not None else []
         if m in ids:
             i = ids.index(m)

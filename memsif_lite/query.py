@@ -91,26 +91,39 @@ class QueryPipeline:
 
     # -- facts --------------------------------------------------------------------------------
     def facts(self, qvec: np.ndarray, flt: MessageFilter | None = None) -> list[FactItem]:
-        items: list[FactItem] = []
-        core, clusters, fl = self.db.facts, self.db.clusters, self.db.filters
-        near_core = core.nearest(qvec, 2 * MAX_FACTS) if flt is None else fl.nearest_facts(qvec, 2 * MAX_FACTS, flt)
-        near_active = (clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
+        """The nearest CoreFacts and ActiveFacts shown: the best ``MAX_FACTS`` within ``FACT_MARGIN``
+        of the best match, by score (ties: kind, id). Only those are read; a vector whose fact is
+        gone is passed over."""
+        fl = self.db.filters
+        near_core = (self.db.facts.nearest(qvec, 2 * MAX_FACTS) if flt is None
+                     else fl.nearest_facts(qvec, 2 * MAX_FACTS, flt))
+        near_active = (self.db.clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
                        else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))
-        got = core.many([fid for fid, _ in near_core])
-        for fid, dist in near_core:
-            f = got.get(fid)
-            if f is not None:
-                as_of = flt is not None and flt.as_of is not None  # valid then: current then (docs/history.md)
+        near = sorted([(1.0 - dist, "core", fid) for fid, dist in near_core]
+                      + [(1.0 - dist, "active", fid) for fid, dist in near_active], key=lambda n: (-n[0], n[1], n[2]))
+        while near:
+            shown = [n for n in near if n[0] >= near[0][0] - FACT_MARGIN][:MAX_FACTS]
+            items = self._fact_items(shown, as_of=flt is not None and flt.as_of is not None)
+            if len(items) == len(shown):
+                return items
+            found = {(f.kind, f.id) for f in items}
+            near = [n for n in near if n not in shown or (n[1], n[2]) in found]
+        return []
+
+    def _fact_items(self, near: list[tuple[float, str, int]], *, as_of: bool) -> list[FactItem]:
+        """``near`` (score, kind, id) as FactItems, in that order, leaving out those not found; with
+        ``as_of``, a CoreFact valid then is current then (docs/history.md)."""
+        core = self.db.facts.many([fid for _, kind, fid in near if kind == "core"])
+        active = self.db.clusters.active_many([fid for _, kind, fid in near if kind == "active"])
+        items = []
+        for score, kind, fid in near:
+            if kind == "core" and (f := core.get(fid)) is not None:
                 items.append(FactItem("core", f.id, f.subject, f.type, f.stmt, f.valid_from,
-                                      None if as_of else f.valid_to, f.message_ids, 1.0 - dist))
-        for fid, dist in near_active:
-            aid, subject, stmt, created = clusters.active_row(fid)
-            items.append(FactItem("active", aid, subject, None, stmt, from_stored(created), None,
-                                  clusters.active_messages(fid), 1.0 - dist))
-        if not items:
-            return []
-        items.sort(key=lambda f: (-f.score, f.kind, f.id))
-        return [f for f in items if f.score >= items[0].score - FACT_MARGIN][:MAX_FACTS]
+                                      None if as_of else f.valid_to, f.message_ids, score))
+            elif kind == "active" and (a := active.get(fid)) is not None:
+                items.append(FactItem("active", a.id, a.subject, None, a.stmt, from_stored(a.created_at), None,
+                                      a.message_ids, score))
+        return items
 
     def _offline_sufficient(self, qvec: np.ndarray, facts: Sequence[FactItem]) -> bool:
         for f in facts:

@@ -3,6 +3,7 @@ grouped under a line per day, every line counted exactly so the text never excee
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import date
 from typing import Iterable, Sequence
@@ -13,12 +14,17 @@ from .types import EvidenceItem, FactItem
 __all__ = ["assemble"]
 
 
+@functools.lru_cache(maxsize=4096)
+def _ymd(d: date) -> str:
+    return f"{d:%Y-%m-%d}"
+
+
 def _fact_line(f: FactItem) -> str:
     when = ""
     if f.valid_to is not None:
-        when = f" [from {f.valid_from:%Y-%m-%d} until {f.valid_to:%Y-%m-%d}; no longer current]"
+        when = f" [from {_ymd(f.valid_from)} until {_ymd(f.valid_to)}; no longer current]"
     elif f.valid_from is not None and f.kind == "core":
-        when = f" [since {f.valid_from:%Y-%m-%d}]"
+        when = f" [since {_ymd(f.valid_from)}]"
     return f"- {f.stmt}{when}"
 
 
@@ -34,7 +40,7 @@ def _evidence_line(e: EvidenceItem) -> str:
 
 
 def _day_line(day: date) -> str:
-    return f"[{day:%Y-%m-%d}]"
+    return f"[{_ymd(day)}]"
 
 
 def _evidence_tokens(e: EvidenceItem) -> int:

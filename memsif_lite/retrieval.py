@@ -13,6 +13,7 @@ from .entities import STOP_WORDS
 from .filters import MessageFilter
 from .fulltext import cjk_query_terms, compose, foreign_function_words, without_cjk
 from .timeutil import from_stored
+from .tokens import cached_for_short_texts
 from .types import SearchResult
 
 __all__ = ["Retriever", "fts_query", "query_terms", "rrf", "top_scored", "top_units", "RRF_K", "SPEAKER_WEIGHT",
@@ -33,13 +34,18 @@ def query_terms(text: str) -> list[str]:
     words of another language the question is written in (:mod:`memsif_lite.fulltext`); CJK runs as
     the index holds them (characters and pairs). If nothing is left, the words without the English
     stop words, then every word. Composed first, as the index is; at most 64, in order."""
+    return list(_query_terms(text))
+
+
+@cached_for_short_texts(256)  # the BM25 query and the evidence's sentence ranking both ask
+def _query_terms(text: str) -> tuple[str, ...]:
     text = compose(text)
     plain = without_cjk(text)
     words = [w.lower() for w in _TOKEN.findall(plain)]
     content = [w for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]
     foreign = foreign_function_words(plain)
     terms = [w for w in content if w not in foreign] + cjk_query_terms(text)
-    return list(dict.fromkeys(terms or content or words))[:64]
+    return tuple(dict.fromkeys(terms or content or words))[:64]
 
 
 def fts_query(text: str) -> str | None:
@@ -160,19 +166,18 @@ class Retriever:
         """
         qvec = self.embed_query(query)
         msg_scores = rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
-        msg_rank = [m for m, _ in top_scored(msg_scores)]
         total: dict[int, float] = dict(msg_scores)
         levels = [(lv, w) for lv, w in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight))
                   if w > 0]
         if not levels or self.top_units <= 0:
             return top_scored(total, limit)
-        by_member = self.db.structure.units_by_best_member(msg_rank[:UNIT_PREFIX])
-        whole = len(msg_rank) <= UNIT_PREFIX
+        by_member = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores, UNIT_PREFIX)])
+        whole = len(msg_scores) <= UNIT_PREFIX
         for level, weight in levels:
             dense = self._unit_dense(level, qvec, max(self.top_units * 4, 32), flt)
             top = top_units(dense, by_member[level], self.top_units, complete=whole)
             if top is None:  # the units of the first messages cannot decide: look up all
-                by_member, whole = self.db.structure.units_by_best_member(msg_rank), True
+                by_member, whole = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores)]), True
                 top = top_units(dense, by_member[level], self.top_units, complete=True)
             assert top is not None
             members = self.db.structure.members(level, [uid for uid, _ in top])

@@ -167,6 +167,9 @@ def test_active_fact_promoted_after_recurring_need_then_used_directly(tmp_path, 
         ans = mem.ask("Tell me which instrument Ben plays", budget_tokens=400)
         assert ans.sufficient and not ans.evidence and ans.text == "The violin." and not ans.extractive
         assert any(f.kind == "active" and "violin" in f.stmt for f in ans.facts)
+        shown = {f.id: f for f in ans.facts if f.kind == "active"}  # an ActiveFact cites its cluster's evidence
+        assert shown.keys() & {a.id for a in promoted}
+        assert all(shown[a.id].message_ids == a.message_ids and a.message_ids for a in promoted if a.id in shown)
         assert ans.llm_calls == 2 and ans.tokens_in > 0 and ans.tokens_out > 0
         with raw(db) as con:
             purposes = [r[0] for r in con.execute("SELECT purpose FROM llm_calls ORDER BY id")]

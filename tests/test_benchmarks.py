@@ -35,6 +35,7 @@ def test_locomo_benchmark_shape_and_single_turn_recall(tmp_path):
     assert set(res["systems"]) == systems
     for s in res["systems"].values():
         assert set(s) >= {"recall", "ingest_turns_per_s", "query_ms_p50", "query_ms_p95", "file_bytes_per_turn"}
+        assert {b: len(d) for b, d in s["context_digests"].items()} == {b: 5 for b in ("60", "500")}
         assert set(s["recall"]) == {"60", "500"}
         for per in s["recall"].values():
             assert set(per) == {"all", "single_hop", "multi_hop", "temporal", "knowledge", "nce"}
@@ -49,6 +50,21 @@ def test_locomo_benchmark_shape_and_single_turn_recall(tmp_path):
          "--no-cache", "--budgets", "100", cwd=tmp_path)
     res = json.loads((tmp_path / "s.json").read_text())
     assert all(s["recall"]["100"]["all"] == 1.0 for s in res["systems"].values())
+
+
+@pytest.mark.slow
+def test_query_speed_benchmark_shape(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tiny.json").write_text((FIXTURES / "locomo_tiny.json").read_text())
+    out = tmp_path / "speed.json"
+    r = _run(str(ROOT / "benchmarks" / "query_speed.py"), "--data", str(data), "--out", str(out), "--no-cache",
+             "--reps", "2", "--budgets", "60,500", cwd=tmp_path)
+    res = json.loads(out.read_text())
+    assert res["calls"] == 4 * 2  # the fixture's four scored questions (a fifth is adversarial), two budgets
+    for s in ("memsif", "hybrid_rag"):
+        assert 0 < res["systems"][s]["cpu_ms_p50"] <= res["systems"][s]["cpu_ms_p95"]
+    assert "memsif / hybrid_rag p50" in r.stdout
 
 
 @pytest.mark.slow

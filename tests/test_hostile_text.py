@@ -262,6 +262,28 @@ def test_excerpt_of_many_sentences_encodes_each_character_about_once():
 
 _AWKWARD = st.lists(st.sampled_from(list("ab Zé中😀\n\t\u00a0\u200b\x01.ﬁ\u2028") + ["<s>", "word ", "garden "]),
                     max_size=300).map("".join)
+_WORDS = ["harbour", "Harbour", "coffee", "the", "ferry", "Zé", "中文", "😀", "ﬁne", "\u00a0", "\u200b", "<s>",
+          "x" * 40, "…", "a.b"]
+_MESSAGE = st.lists(st.tuples(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=30),
+                              st.sampled_from([". ", "! ", "? ", ".\n", " ", ".\u2028", "?? "])),
+                    min_size=1, max_size=12).map(lambda parts: "".join(" ".join(ws) + end for ws, end in parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_MESSAGE, most=st.integers(1, 70), known=st.booleans(),
+       qwords=st.sets(st.sampled_from(["harbour", "coffee", "ferry", "zé", "中文"])))
+def test_excerpt_of_a_short_message_is_the_linear_one_and_its_count_exact(text, most, qwords, known):
+    """A short message's excerpt comes from its sentences, words and counts computed once per
+    process; it is exactly the excerpt the linear path (for long messages) makes, and the count it
+    passes on, when it gives one, is the excerpt's."""
+    n_text = count_tokens(text) if known else None
+    got, n = offline_evidence.excerpt_counted(text, set(qwords), n_text, max_tokens=most)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(offline_evidence, "CACHED_CHARS", -1)  # every message takes the linear path
+        linear, _ = offline_evidence.excerpt_counted(text, set(qwords), n_text, max_tokens=most)
+    assert got == linear
+    assert n is None or n == count_tokens(got)
+    assert count_tokens(got.removesuffix(" …")) <= most
 
 
 @settings(max_examples=150, deadline=None)

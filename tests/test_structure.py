@@ -256,3 +256,33 @@ def test_top_units_usually_decide_from_a_prefix():
     assert top_units(list(range(1, 33)), order[:20], 3, complete=False) == top_units(list(range(1, 33)), order, 3,
                                                                                      complete=True)
     assert top_units([50, 1, 2], order[:2], 3, complete=False) is None  # unit 50 might be 3rd: look further
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=messages_st, cfg=config_st, picks=st.lists(st.integers(0, 60), max_size=30))
+def test_query_reads_of_the_structure_agree_with_its_listings(spec, cfg, picks):
+    """What the query reads in one statement each — the segments of some messages, the units of a
+    ranking in the order of their best-ranked member, the members of units in order — is what
+    the listings of segments and trajectories say (a ranking may repeat an id or hold a missing one)."""
+    from memsif_lite.pipelines import open_database
+
+    with tempfile.TemporaryDirectory() as d:
+        with Memory(Path(d) / "m.db", embedder=FakeEmbedder(), config=cfg) as mem:
+            mem.add_many(_items(spec))
+            segs, trajs = mem.segments(), mem.trajectories()
+        seg_of = {m: s.id for s in segs for m in s.message_ids}
+        traj_of = {s.id: s.trajectory_id for s in segs}
+        ids = sorted(seg_of)
+        ranked = [ids[i % len(ids)] if i < 50 else 10**6 + i for i in picks]
+        db, _, _ = open_database(Path(d) / "m.db", cfg, FakeEmbedder(), read_only=False)
+        try:
+            assert db.structure.segments_of_messages(ranked) == {m: seg_of[m] for m in ranked if m in seg_of}
+            placed = [seg_of[m] for m in ranked if m in seg_of]
+            assert db.structure.units_by_best_member(ranked) == {
+                "segment": list(dict.fromkeys(placed)),
+                "trajectory": list(dict.fromkeys(traj_of[s] for s in placed if traj_of[s] is not None))}
+            assert db.structure.members("segment", [s.id for s in segs]) == {s.id: list(s.message_ids) for s in segs}
+            assert db.structure.members("trajectory", [t.id for t in trajs]) == {
+                t.id: sorted(t.message_ids) for t in trajs}
+        finally:
+            db.close()

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..types import ActiveFact, CandidateCluster
 from .base import Table
-from .rows import f32, i8
+from .rows import ActiveFactRow, f32, i8
 
 __all__ = ["Clusters"]
 
@@ -106,22 +106,26 @@ class Clusters(Table):
         self.con.execute("DELETE FROM active_facts WHERE id=?", (fid,))
 
     def nearest_active(self, vec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        return self.knn("active_fact_vec", vec, min(k, self.count("active_fact_vec")))
+        return self.knn("active_fact_vec", vec, k)  # fewer when there are fewer
 
-    def active_row(self, fid: int) -> tuple[int, str, str, str]:
-        """(id, subject, stmt, created_at) of an ActiveFact."""
-        r = self.con.execute("SELECT id, subject, stmt, created_at FROM active_facts WHERE id=?", (fid,)).fetchone()
-        return int(r[0]), str(r[1]), str(r[2]), str(r[3])
+    def active_many(self, ids: list[int]) -> dict[int, ActiveFactRow]:
+        """The ActiveFacts with these ids that exist, with their clusters' evidence messages (two queries)."""
+        rows = list(self.rows_in("SELECT id, subject, stmt, created_at, cluster_id FROM active_facts "
+                                 "WHERE id IN ({marks})", ids))
+        msgs: dict[int, list[int]] = {}
+        for cid, mid in self.rows_in(
+                "SELECT DISTINCT s.cluster_id, e.message_id FROM cluster_statements s "
+                "JOIN cluster_evidence e ON e.statement_id=s.id WHERE s.cluster_id IN ({marks}) "
+                "ORDER BY s.cluster_id, e.message_id", [r[4] for r in rows]):
+            msgs.setdefault(cid, []).append(mid)
+        return {int(r[0]): ActiveFactRow(int(r[0]), str(r[1]), str(r[2]), str(r[3]), tuple(msgs.get(r[4], ())))
+                for r in rows}
 
     def active_query_vectors(self, fid: int) -> list[np.ndarray]:
         """The vectors of the queries that promoted an ActiveFact."""
         return [_vec(b) for (b,) in self.con.execute(
             "SELECT q.vector FROM active_facts a JOIN cluster_queries q ON q.cluster_id=a.cluster_id WHERE a.id=?",
             (fid,))]
-
-    def active_messages(self, fid: int) -> tuple[int, ...]:
-        row = self.con.execute("SELECT cluster_id FROM active_facts WHERE id=?", (fid,)).fetchone()
-        return self.messages(row[0]) if row else ()
 
     # -- reads for the API -----------------------------------------------------------------------------
     def messages(self, cid: int) -> tuple[int, ...]:

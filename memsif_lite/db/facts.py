@@ -53,7 +53,7 @@ class CoreFacts(Table):
         return None if r is None else FactRow(*r)
 
     def nearest(self, vec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        return self.knn("fact_vec", vec, min(k, self.count("fact_vec")))
+        return self.knn("fact_vec", vec, k)  # fewer when there are fewer
 
     def stmt(self, fid: int) -> str:
         return str(self.con.execute("SELECT stmt FROM core_facts WHERE id=?", (fid,)).fetchone()[0])

@@ -86,7 +86,7 @@ def malformed_times(con: Any) -> list[str]:
 
 
 def _row(r: tuple) -> MessageRow:
-    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+    return MessageRow(*r)  # the columns of _COLS, in MessageRow's order
 
 
 def to_message(r: MessageRow) -> Message:
@@ -130,7 +130,8 @@ class Messages(Table):
         return None if r is None else _row(r)
 
     def many(self, ids: list[int]) -> dict[int, MessageRow]:
-        return {r[0]: _row(r) for r in self.rows_in(f"SELECT {_COLS} FROM messages WHERE id IN ({{marks}})", ids)}
+        rows = self.rows_in(f"SELECT {_COLS} FROM messages WHERE id IN ({{marks}})", ids)
+        return {r[0]: MessageRow(*r) for r in rows}
 
     def all(self) -> list[Message]:
         return [to_message(_row(r)) for r in self.con.execute(f"SELECT {_COLS} FROM messages ORDER BY id")]

@@ -12,7 +12,8 @@ import numpy as np
 from ..int8 import dequantize, quantize
 from ..matching import unit
 
-__all__ = ["Unit", "FactRow", "MessageRow", "entity_json", "f32", "i8", "from_i8", "sum_bytes", "from_sum"]
+__all__ = ["Unit", "FactRow", "MessageRow", "ActiveFactRow", "entity_json", "f32", "i8", "from_i8", "sum_bytes",
+           "from_sum"]
 
 
 def entity_json(c: Counter) -> str:
@@ -86,6 +87,17 @@ class MessageRow:
     source_id: str | None
     utc_offset_min: int | None = None     # of the time the caller gave; None: naive (UTC)
     tokens: int | None = None        # tokens of ``text``, counted at ingest
+
+
+@dataclass(frozen=True)
+class ActiveFactRow:
+    """An ActiveFact as the query shows it: its statement and the messages of its cluster's evidence."""
+
+    id: int
+    subject: str
+    stmt: str
+    created_at: str
+    message_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -169,6 +169,11 @@ class Structure(Table):
         row = self.con.execute("SELECT segment_id FROM message_units WHERE message_id=?", (mid,)).fetchone()
         return None if row is None else int(row[0])
 
+    def segments_of_messages(self, mids: Sequence[int]) -> dict[int, int]:
+        """message id -> its segment, for those of ``mids`` placed in one (one query)."""
+        return dict(self.rows_in("SELECT message_id, segment_id FROM message_units WHERE message_id IN ({marks})",
+                                 list(mids)))
+
     def unplace_message(self, mid: int) -> None:
         self.con.execute("DELETE FROM message_units WHERE message_id=?", (mid,))
 
@@ -241,12 +246,15 @@ class Structure(Table):
     def units_by_best_member(self, ranked: list[int]) -> dict[str, list[int]]:
         """Per level, the segments (trajectories) holding any of the ``ranked`` message ids, in
         the order of their best-ranked member (one query)."""
+        rank: dict[int, int] = {}
+        for pos, mid in enumerate(ranked):
+            rank.setdefault(mid, pos)
         seg: dict[int, int] = {}   # unit id -> rank of its best member
         traj: dict[int, int] = {}
-        for pos, sid, tid in self.con.execute(
-                "SELECT j.key, u.segment_id, s.trajectory_id FROM json_each(?) j "
-                "JOIN message_units u ON u.message_id=j.value JOIN segments s ON s.id=u.segment_id",
-                (json.dumps(ranked),)):
+        for mid, sid, tid in self.rows_in(
+                "SELECT u.message_id, u.segment_id, s.trajectory_id FROM message_units u "
+                "JOIN segments s ON s.id=u.segment_id WHERE u.message_id IN ({marks})", list(rank)):
+            pos = rank[mid]
             seg[sid] = min(pos, seg.get(sid, pos))
             if tid is not None:
                 traj[tid] = min(pos, traj.get(tid, pos))
@@ -263,8 +271,10 @@ class Structure(Table):
         out: dict[int, list[int]] = {u: [] for u in uids}
         for uid, mid in self.rows_in(
                 f"SELECT {key}, u.message_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
-                f"WHERE {key} IN ({{marks}}) ORDER BY u.message_id", uids):
+                f"WHERE {key} IN ({{marks}})", uids):
             out[uid].append(mid)
+        for mids in out.values():  # nearly in order already (by segment, then message): cheaper than SQLite's sort
+            mids.sort()
         return out
 
     # -- listings --------------------------------------------------------------------------------

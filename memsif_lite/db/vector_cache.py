@@ -200,7 +200,7 @@ class VectorCache:
         else:
             part = np.arange(n)
         order = part[np.lexsort((ids[part], dist[part]))][:k]
-        return [(int(ids[i]), float(dist[i])) for i in order]
+        return list(zip(ids[order].tolist(), dist[order].tolist(), strict=True))
 
     @property
     def nbytes(self) -> int:
