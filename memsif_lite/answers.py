@@ -18,11 +18,11 @@ more sentence of the same message) — chosen in this order:
 4. current before superseded: a superseded fact, or a sentence of a message that backs one,
    answers only when it shares more question words than every current candidate (the question
    names the old value);
-5. then the best score: the cosine of the candidate to the question (the bundled encoder; a fact's
-   from the fact search, less :data:`FACT_HANDICAP`), plus :data:`WORD_WEIGHT` × the share of the question's content words it
-   holds, plus :data:`KIND_WEIGHT` when it holds what the question asks for (a time for "when", a
-   number for "how many", a name for "who" / "what is the name"), less :data:`RANK_WEIGHT` per
-   rank of its evidence message;
+5. then the best score: the cosine of the candidate to the question (the bundled encoder; a
+   fact's from the fact search, less :data:`FACT_HANDICAP`), plus :data:`WORD_WEIGHT` × the
+   share of the question's content words it holds, plus :data:`KIND_WEIGHT` when it holds what
+   the question asks for (a time for "when", a number for "how many", a name for "who" / "what is
+   the name"), less :data:`RANK_WEIGHT` per rank of its evidence message;
 6. else "I don't know".
 
 Cosines cost an embedding per sentence, so only a bounded set of sentences is scored by meaning:
