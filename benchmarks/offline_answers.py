@@ -18,9 +18,10 @@ something never said) is asked too and scored apart. Figures per question (categ
 
 Category 5: ``abstained`` (answered "I don't know"; the expected answer) and ``adversarial``
 (the share of the adversarial answer's words in the answer: quoting what another person said
-about their own thing). Latency: ``answer_ms`` (the answer step alone) and ``ask_ms`` (the whole
-``ask``), p50 / p95. ``--splits``: every 3-of-5 split of the conversations (as ``splits.py``),
-the figures on the held-out two.
+about their own thing). Latency: ``answer_ms`` (the answer step alone), ``active_facts_ms``
+(feeding the evidence to the ActiveFact track) and ``ask_ms`` (the whole ``ask``), p50 / p95.
+``--splits``: every 3-of-5 split of the conversations (as ``splits.py``), the figures on the
+held-out two.
 
 Choosing the answer rule's settings (``memsif_lite.answers`` constants) by cross-validation:
 
@@ -151,14 +152,15 @@ _SENT = re.compile(r"(?<=[.!?])\s+")
 
 def meaning_points(question: str, q: dict, a, meaning, top: int) -> list[list]:
     """(cosine, shares a question word, holds the gold answer) of each sentence of the ``top``
-    best-ranked evidence messages that is not a question (for choosing ``MEANING_ALONE``)."""
+    best-ranked evidence messages that may answer: not a question, more than a name (for choosing
+    ``MEANING_ALONE``)."""
     from memsif_lite.answers import content_words, stem
 
     names = {stem(w.strip("?,.!")) for w in question.split()[1:] if w[:1].isupper()}
     qwords = content_words(question) - names
     gold = words(str(q.get("answer", "")))
     said = [(e.speaker, x.strip()) for e in a.evidence[:top] for x in _SENT.split(e.stmt.removesuffix(" …"))
-            if x.strip() and not x.strip().endswith("?")]
+            if x.strip() and not x.strip().endswith("?") and content_words(x) - names]  # as answers may
     if not gold or not said:
         return []
     cos = meaning(said)
@@ -198,6 +200,7 @@ def run(args) -> dict:
     meaning = BenchMeaning(real) if variants else None
     rows: list[dict] = []
     answer_ms: list[float] = []
+    active_ms: list[float] = []
     ask_ms: list[float] = []
     with tempfile.TemporaryDirectory() as d:
         for sid, sample in convs:
@@ -212,6 +215,7 @@ def run(args) -> dict:
                     a = mem.ask(str(q["question"]), budget_tokens=args.budget)
                     ask_ms.append((time.perf_counter() - t0) * 1000)
                     answer_ms.append(float(a.timings_ms.get("answer", 0.0)))
+                    active_ms.append(float(a.timings_ms.get("active_facts", 0.0)))
                     rows.append({"conversation": sid, "category": q["category"], "question": q["question"],
                                  "gold": str(q.get("answer", q.get("adversarial_answer", ""))), "answer": a.text,
                                  "scores": score(a.text, q, DONT_KNOW)})
@@ -230,6 +234,8 @@ def run(args) -> dict:
            "per_conversation": {sid: summarise([r for r in rows if r["conversation"] == sid]) for sid, _ in convs},
            "answer_ms_p50": round(float(np.percentile(answer_ms, 50)), 2),
            "answer_ms_p95": round(float(np.percentile(answer_ms, 95)), 2),
+           "active_facts_ms_p50": round(float(np.percentile(active_ms, 50)), 2),
+           "active_facts_ms_p95": round(float(np.percentile(active_ms, 95)), 2),
            "ask_ms_p50": round(float(np.percentile(ask_ms, 50)), 2),
            "ask_ms_p95": round(float(np.percentile(ask_ms, 95)), 2),
            "questions": rows}
@@ -308,7 +314,8 @@ def table(res: dict) -> str:
     for sid, s in res["per_conversation"].items():
         lines.append(f"| {sid} | {f(s['answerable']['coverage'])} | {f(s['answerable']['f1'])} "
                      f"| {f(s.get('adversarial', {}).get('abstained'))} |")
-    lines.append(f"\nanswer ms p50/p95 {res['answer_ms_p50']}/{res['answer_ms_p95']}; "
+    lines.append(f"\nanswer ms p50/p95 {res['answer_ms_p50']}/{res['answer_ms_p95']}; ActiveFact accumulation ms "
+                 f"p50/p95 {res['active_facts_ms_p50']}/{res['active_facts_ms_p95']}; "
                  f"ask ms p50/p95 {res['ask_ms_p50']}/{res['ask_ms_p95']}")
     return "\n".join(lines)
 

@@ -54,14 +54,14 @@ __all__ = ["offline_answer", "content_words", "has_content_words", "stem", "DONT
 DONT_KNOW = "I don't know: nothing in memory answers the question."
 #: a sentence sharing no content word with the question answers when its cosine reaches this
 #: (the cosine from which such a sentence holds the answer as often as one sharing a word does)
-MEANING_ALONE = 0.82
+MEANING_ALONE = 0.83
 #: subtracted from a fact's cosine (its statement names its subject, which lifts the cosine to a
 #: question about them; offline facts are fragments of what was said)
-FACT_HANDICAP = 0.05
+FACT_HANDICAP = 0.2
 #: the weight of the share of the question's content words a candidate holds
 WORD_WEIGHT = 0.1
 #: the weight of holding what the question asks for (a time, a number, a name)
-KIND_WEIGHT = 0.05
+KIND_WEIGHT = 0.1
 #: subtracted per rank of the evidence message (the retrieval's order breaks near-ties)
 RANK_WEIGHT = 0.001
 #: every sentence of this many best-ranked evidence messages is scored by meaning ...
