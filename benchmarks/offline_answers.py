@@ -196,7 +196,7 @@ def run(args) -> dict:
     if args.convs:
         wanted = args.convs.split(",")
         convs = [(sid, s) for sid, s in convs if sid in wanted or sid.split("-")[-1] in wanted]
-    variants = variants_of(args.grid or [])
+    variants = variants_of(args.grid) if args.grid else []
     meaning = BenchMeaning(real) if variants else None
     rows: list[dict] = []
     answer_ms: list[float] = []
