@@ -191,7 +191,7 @@ def run(args) -> dict:
     from memsif_lite.importers import locomo_turns
 
     real = resolve_embedder(None)
-    cached = CachedEmbedder(real, cache_name="locomo")
+    cached = CachedEmbedder(real, cache_name="locomo") if not args.no_cache else real
     convs = conversation_files(args.data)
     if args.convs:
         wanted = args.convs.split(",")
@@ -228,7 +228,8 @@ def run(args) -> dict:
                         if q["category"] != 5:
                             rows[-1]["meaning_points"] = meaning_points(str(q["question"]), q, a, m, args.points_top)
             print(f"conversation {sid}: {len(qs)} questions", file=sys.stderr)
-    cached.save()
+    if cached is not real:
+        cached.save()
     out = {"date": date.today().isoformat(), "machine": machine(), "budget": args.budget, "seed": args.seed,
            "conversations": [sid for sid, _ in convs], "all": summarise(rows),
            "per_conversation": {sid: summarise([r for r in rows if r["conversation"] == sid]) for sid, _ in convs},
@@ -329,6 +330,7 @@ def main() -> None:
     ap.add_argument("--convs", default=None, help="only these conversations (comma-separated sample ids)")
     ap.add_argument("--splits", action="store_true", help="also the held-out figures of every 3-of-N split")
     ap.add_argument("--contexts", action="store_true", help="also store each answer's facts and evidence")
+    ap.add_argument("--no-cache", action="store_true", help="do not use the on-disk vector cache")
     ap.add_argument("--grid", action="append", metavar="NAME=V1,V2",
                     help="a memsif_lite.answers constant and its values to cross-validate (repeatable)")
     ap.add_argument("--points-top", type=int, default=2,
