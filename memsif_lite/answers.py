@@ -16,8 +16,8 @@ more sentence of the same message) — chosen in this order:
    names, or a message by the person named that speaks only of the listener's ("your cat"),
    answers only when nothing else can;
 4. current before superseded: a superseded fact, or a sentence of a message that backs one,
-   answers only when it shares more question words than every current candidate (the question
-   names the old value);
+   answers only when it holds more of the question (its words and names) than every current
+   candidate (the question names the old value);
 5. then the best score: the cosine of the candidate to the question (the bundled encoder; a
    fact's from the fact search, less :data:`FACT_HANDICAP`), plus :data:`WORD_WEIGHT` × the
    share of the question's content words it holds, plus :data:`KIND_WEIGHT` when it holds what
@@ -34,8 +34,9 @@ A chosen sentence is completed by one more sentence of its message: one holding 
 it lacks, else the next one when it only restates the question (fewer than :data:`NOVEL` words of
 its own) and the next says more. "When" questions carry the resolved date: a fact's date, or the
 sentence's relative times resolved against the day it was said ("last week" = the week of Mon 4
-Mar 2024). The settings were chosen on LoCoMo development conversations by cross-validation
-(benchmarks/offline_answers.py).
+Mar 2024); as a fact's date is only the day it was said, a current sentence whose relative time
+resolves answers instead of the fact when it holds as many question words. The settings were
+chosen on LoCoMo development conversations by cross-validation (benchmarks/offline_answers.py).
 """
 
 from __future__ import annotations
@@ -255,14 +256,15 @@ def offline_answer(question: str, facts: Sequence[FactLike], evidence: Sequence[
                                 _blend(cos, len(shared), len(qwords), holds, 0), fact=f))
     said = _sentences(evidence, names, qwords)
     scored = _to_score(said) if meaning is not None else [s for s in said if s.answers]
-    cosines = dict(zip(((s.item, s.index) for s in scored),
-                       meaning([(evidence[s.item].speaker, s.text) for s in scored]) if meaning and scored else (),
-                       strict=False))
+    cosines: dict[tuple[int, int], float] = {}
+    if meaning is not None and scored:  # one batch
+        got = meaning([(evidence[s.item].speaker, s.text) for s in scored])
+        cosines = {(s.item, s.index): float(c) for s, c in zip(scored, got, strict=True)}
     for s in scored:
         e = evidence[s.item]
-        cos = float(cosines.get((s.item, s.index), 0.0))
-        named = bool(names & (content_words(s.text) | {stem(e.speaker)}))
-        if not s.answers or not (s.shared or (named if not qwords else False) or cos >= MEANING_ALONE):
+        cos = cosines.get((s.item, s.index), 0.0)
+        named = bool(names & (content_words(s.text) | {stem(e.speaker)}))  # a question of names only
+        if not (s.shared or (not qwords and named) or cos >= MEANING_ALONE):
             continue
         unit = _completed(s, [x for x in said if x.item == s.item])
         text = " ".join(x.text for x in unit)
