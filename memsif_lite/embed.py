@@ -487,12 +487,14 @@ class Embeddings:
     in-process LRU, every vector validated."""
 
     def __init__(self, embedder: Embedder, stored_vector: Callable[[bytes], np.ndarray | None], *,
-                 query_cache: int = 512):
+                 query_cache: int = 512, recent_cache: int = 2048):
         self.embedder = embedder
         self.dim = embedder.dim
         self._stored_vector = stored_vector
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache = query_cache
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._recent_cache = recent_cache
 
     def passages(self, texts: Sequence[str]) -> np.ndarray:
         return validate_vectors(self.embedder.embed(list(texts), kind="passage"), len(texts), self.dim)
@@ -513,6 +515,34 @@ class Embeddings:
             for vec, idx in zip(fresh, todo.values(), strict=True):
                 out[idx] = vec
         return out
+
+    def passages_reused(self, passages: Sequence[str]) -> np.ndarray:
+        """Vectors of passages that may be a stored message's (the file's vector is reused) or were
+        embedded lately (a small in-process LRU, e.g. the sentences of messages that answers
+        score); the rest are embedded in one batch."""
+        out = np.zeros((len(passages), self.dim), dtype=np.float32)
+        todo: dict[str, list[int]] = {}
+        for i, p in enumerate(passages):
+            v = self._recent.get(p)
+            if v is None:
+                v = self._stored_vector(passage_hash(p))
+            if v is None:
+                todo.setdefault(p, []).append(i)
+                continue
+            out[i] = v
+            self._remember(p, v)
+        if todo:
+            fresh = self.passages(list(todo))
+            for vec, (p, idx) in zip(fresh, todo.items(), strict=True):
+                out[idx] = vec
+                self._remember(p, vec)
+        return out
+
+    def _remember(self, text: str, vec: np.ndarray) -> None:
+        self._recent[text] = vec
+        self._recent.move_to_end(text)
+        if len(self._recent) > self._recent_cache:
+            self._recent.popitem(last=False)
 
     def query(self, text: str) -> np.ndarray:
         v = self._queries.get(text)

@@ -76,10 +76,11 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
         core_facts=CoreFactWriter(db, extractor=extractor, chooser=chooser, embed_passages=embeddings.passages))
     ingest = IngestPipeline(db, embeddings=embeddings, worker=worker, max_chars=cfg.max_message_chars)
     active = ActiveFactStore(db, levels=levels, query_levels=query_levels(emb, levels), theta_s=cfg.theta_s,
-                             theta_q=cfg.theta_q, embed_passages=embeddings.passages)
+                             theta_q=cfg.theta_q, embed_passages=embeddings.passages_reused)
     retriever = Retriever(db, embeddings.query, segment_weight=cfg.segment_weight,
                           trajectory_weight=cfg.trajectory_weight)
-    query = QueryPipeline(db, retriever=retriever, embed_query=embeddings.query, llm=llm, active_facts=active)
+    query = QueryPipeline(db, retriever=retriever, embed_query=embeddings.query,
+                          embed_passages=embeddings.passages_reused, llm=llm, active_facts=active)
     return Pipelines(embeddings, ingest, worker, retriever, active, query)
 
 

@@ -11,8 +11,9 @@ Offline rules (no LLM, or the LLM failed):
   never suffice on their own; the interaction memory is consulted, which costs only tokens;
 * evidence: the best-ranked messages (structure-aware ranking), each cut to its most relevant
   sentences when long (:mod:`memsif_lite.offline_evidence`);
-* answer: extractive (memsif_lite.answers) — a matching current fact, else the evidence sentence
-  sharing the most content words with the question, else "I don't know"; marked as extractive.
+* answer: extractive (memsif_lite.answers) — the current fact or evidence sentence closest to the
+  question in meaning (cosines of a bounded set of sentences, stored message vectors reused) and
+  in shared words, never another person's own thing, else "I don't know"; marked as extractive.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import numpy as np
 
 from . import episodes, prompts
 from .active_facts import ActiveFactStore, Evidence
-from .answers import offline_answer
+from .answers import Meaning, offline_answer
 from .db import Database
+from .embed import passage
 from .errors import NotFoundError
 from .filters import MessageFilter
 from .llm import LLM
@@ -58,10 +60,10 @@ LOW_INFO_WORDS = 1
 REPLY_OF_TOP = 5
 
 
-def extractive_answer(question: str, ctx: Context) -> str:
-    """The offline answer: a matching current fact first, else the evidence sentence that shares
-    the most of the question's content words (memsif_lite.answers)."""
-    return offline_answer(question, ctx.facts, ctx.evidence, ctx.sufficient)
+def extractive_answer(question: str, ctx: Context, meaning: Meaning | None = None) -> str:
+    """The offline answer: the current fact or evidence sentence that answers the question, by
+    ``meaning`` (cosines to the question) and shared words (memsif_lite.answers)."""
+    return offline_answer(question, ctx.facts, ctx.evidence, ctx.sufficient, meaning)
 
 
 class _Laps:
@@ -82,10 +84,12 @@ class QueryPipeline:
     ActiveFact accumulation. Collaborators are passed in; nothing here knows ``Memory``."""
 
     def __init__(self, db: Database, *, retriever: Retriever, embed_query: Callable[[str], np.ndarray],
-                 llm: LLM | None, active_facts: ActiveFactStore):
+                 embed_passages: Callable[[Sequence[str]], np.ndarray], llm: LLM | None,
+                 active_facts: ActiveFactStore):
         self.db = db
         self.retriever = retriever
         self.embed_query = embed_query
+        self.embed_passages = embed_passages
         self.llm = llm
         self.active_facts = active_facts
 
@@ -205,6 +209,15 @@ class QueryPipeline:
             self.active_facts.accumulate(question, qvec, evidence)
 
     # -- answer ---------------------------------------------------------------------------------
+    def meaning(self, question: str) -> Meaning:
+        """The cosines to ``question`` of what speakers said (``Speaker: text`` passages, as
+        messages are embedded: a whole message's stored vector is reused)."""
+        qvec = self.embed_query(question)  # the LRU's: the context embedded it
+
+        def cosines(said: Sequence[tuple[str, str]]) -> list[float]:
+            return [float(x) for x in self.embed_passages([passage(s, t) for s, t in said]) @ qvec]
+        return cosines
+
     def ask(self, question: str, budget_tokens: int, now: datetime | None,
             flt: MessageFilter | None = None) -> Answer:
         timings: dict[str, float] = {}
@@ -220,7 +233,7 @@ class QueryPipeline:
             text = self.llm.complete(prompt)
         extractive = text is None
         if text is None:
-            text = extractive_answer(question, ctx)
+            text = extractive_answer(question, ctx, self.meaning(question))
         timings["answer"] = round((time.perf_counter() - t) * 1000.0, 3)
         t = time.perf_counter()
         if not ctx.sufficient and ctx.evidence:

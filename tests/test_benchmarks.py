@@ -67,6 +67,36 @@ def test_query_speed_benchmark_shape(tmp_path):
     assert "memsif / hybrid_rag p50" in r.stdout
 
 
+def test_offline_answers_benchmark_scores_answers_and_a_grid(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("locomo_tiny.json", "locomo_single.json"):
+        (data / name).write_text((FIXTURES / name).read_text())
+    out = tmp_path / "answers.json"
+    r = _run(str(ROOT / "benchmarks" / "offline_answers.py"), "--data", str(data), "--out", str(out), "--no-cache",
+             "--grid", "WORD_WEIGHT=0,0.1", "--grid", "MEANING_ALONE=0.8,9", cwd=tmp_path)
+    res = json.loads(out.read_text())
+    answerable = res["all"]["answerable"]
+    assert answerable["n"] == 5 and 0.0 <= answerable["coverage"] <= 1.0 and 0.0 <= answerable["f1"] <= 1.0
+    assert len(res["variants"]) == 4 and all(len(q["variants"]) == 4 for q in res["questions"])
+    assert {"answer_ms_p50", "ask_ms_p50", "active_facts_ms_p50"} <= set(res)
+    assert "| answerable | 5 |" in r.stdout
+
+
+def test_offline_answer_figures():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from offline_answers import crossing, f1
+
+    # the answer has 7 content words (the ISO date is three), one of them the gold one
+    assert f1("Maya (2024-05-02): Yes, her name is Mochi.", "Mochi") == pytest.approx(2 * (1 / 7) / (1 + 1 / 7))
+    assert f1("I don't know", "Mochi") == 0.0 and f1("anything", "the") is None
+    # sentences sharing a question word hold the answer half the time; those sharing none do from 0.8 up
+    points = [[0.5, True, True], [0.5, True, False]] + [[0.9 - i / 100, False, i % 2 == 0] for i in range(10)]
+    points += [[0.7 - i / 100, False, False] for i in range(10)]
+    assert crossing(points) == pytest.approx(0.81)
+    assert crossing([[0.9, False, True]]) is None  # no sentence shares a word: nothing to match
+
+
 @pytest.mark.slow
 def test_locomo_benchmark_llm_accuracy_path(tmp_path, llm_server):
     """--llm runs ingestion with LLM judges, ask() and an LLM judge; here against the local server."""

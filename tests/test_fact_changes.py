@@ -198,7 +198,7 @@ ASSISTANT_CHAT = [  # (day, speaker, text): a user and an assistant over two mon
 ]
 # (question, what the answer says, what it must not say: the stale state)
 ASSISTANT_QUESTIONS = [
-    ("Is the user vegetarian?", "no longer vegetarian", None),
+    ("Is the user vegetarian?", ("no longer vegetarian", "vegetarian thing is over"), None),
     ("Does the user eat meat?", "eats meat again", "no meat"),
     ("Where does the user work?", "Acme", "Globex"),
     ("Does the user still go climbing?", "stopped climbing", "started climbing"),
@@ -214,5 +214,6 @@ def test_ask_answers_the_current_state_of_an_assistant_chat(tmp_path, embedder):
         _remember(mem, ASSISTANT_CHAT)
         for question, says, stale in ASSISTANT_QUESTIONS:
             answer = mem.ask(question, budget_tokens=1000)
-            assert answer.extractive and says in answer.text, (question, answer.text)
+            alternatives = says if isinstance(says, tuple) else (says,)
+            assert answer.extractive and any(a in answer.text for a in alternatives), (question, answer.text)
             assert stale is None or stale not in answer.text, (question, answer.text)
