@@ -27,7 +27,6 @@ from ..timeutil import from_stored, now_stored
 from ..types import Change
 from .base import Table
 from .facts import CoreFacts
-from .messages import retire_id
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
 
@@ -285,13 +284,9 @@ class ChangeLog(Table):
                 self.con.execute("INSERT INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
             if img.get("vector") is not None:
                 self.set_vector("fact_vec", fid, bytes.fromhex(img["vector"]))
+        facts = CoreFacts(self.con)
         for fid in made:
-            self.con.execute("UPDATE core_facts SET valid_to=NULL, superseded_by=NULL WHERE superseded_by=?", (fid,))
-            self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
-            self.con.execute("DELETE FROM fact_history WHERE fact_id=?", (fid,))
-            self.con.execute("DELETE FROM fact_vec WHERE rowid=?", (fid,))
-            self.con.execute("DELETE FROM core_facts WHERE id=?", (fid,))
-            retire_id(self.con, "core_facts", fid)
+            facts.delete(fid)  # (its 'superseded' history entries went with the change's history above)
         return [int(item["id"]) for item in undo["facts"]]
 
     def redact(self, *, facts: Sequence[int] = (), messages: Sequence[int] = ()) -> int:
