@@ -188,3 +188,23 @@ class FakeLLMServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def file_at_schema(path: Path, version: int, dim: int, meta: dict[str, str]) -> apsw.Connection:
+    """A memory file exactly as a release at schema ``version`` made it (migrations 1..version with
+    their data steps); the open connection is returned for the caller to add rows and close."""
+    from memsif_lite import store
+
+    con = apsw.Connection(str(path))
+    con.enable_load_extension(True)
+    con.load_extension(sqlite_vec.loadable_path())
+    for v, sql in store.migrations()[:version]:
+        with store.write(con):
+            con.execute(sql.replace("{dim}", str(dim)))
+            if v in store.DATA_STEPS:
+                store.DATA_STEPS[v](con, dim)
+            if v == 1:
+                con.execute(f"PRAGMA application_id={store.APPLICATION_ID}")
+                store.set_meta(con, **meta)
+            con.execute(f"PRAGMA user_version={v}")
+    return con

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import apsw
 import pytest
-import sqlite_vec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import raw
+from fakes import file_at_schema, raw
 from memsif_lite import Config, Memory, prompts, store
 from memsif_lite.errors import InvalidInputError, NotFoundError
 
@@ -229,28 +228,11 @@ def test_as_of_shows_what_was_valid_then_and_nothing_said_later(tmp_path_factory
 
 
 # -- an existing file ---------------------------------------------------------------------------------
-def _schema_10_file(path: Path, dim: int, meta: dict[str, str]) -> None:
-    """A file exactly as the previous release made it: migrations 1..10, nothing of 11."""
-    con = apsw.Connection(str(path))
-    con.enable_load_extension(True)
-    con.load_extension(sqlite_vec.loadable_path())
-    for version, sql in store.migrations()[:10]:
-        with store.write(con):
-            con.execute(sql.replace("{dim}", str(dim)))
-            if version in store.DATA_STEPS:
-                store.DATA_STEPS[version](con, dim)
-            if version == 1:
-                con.execute(f"PRAGMA application_id={store.APPLICATION_ID}")
-                store.set_meta(con, **meta)
-            con.execute(f"PRAGMA user_version={version}")
-    con.close()
-
-
 def test_a_schema_10_file_gets_its_log(tmp_path, embedder):
     from memsif_lite.pipelines import initial_meta
 
     old = tmp_path / "old.db"
-    _schema_10_file(old, embedder.dim, initial_meta(embedder))
+    file_at_schema(old, 10, embedder.dim, initial_meta(embedder)).close()  # the previous release's file
     assert store.inspect(old).user_version == 10
     shutil.copy(old, tmp_path / "old2.db")
     with Memory(old, embedder=embedder) as mem:

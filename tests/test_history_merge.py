@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fakes import raw
-from memsif_lite import Memory, MemoryFileError, prompts, store
+from fakes import file_at_schema, raw
+from memsif_lite import Memory, MemoryFileError, prompts
 
 MODEL = "openai/test-model"
 
@@ -206,20 +206,7 @@ def test_a_hostile_log_is_refused_and_nothing_changes(tmp_path, embedder, column
 
 
 def _schema_11_file(path: Path, dim: int, meta: dict[str, str]) -> None:
-    con = apsw.Connection(str(path))
-    con.enable_load_extension(True)
-    import sqlite_vec
-
-    con.load_extension(sqlite_vec.loadable_path())
-    for version, sql in store.migrations()[:11]:
-        with store.write(con):
-            con.execute(sql.replace("{dim}", str(dim)))
-            if version in store.DATA_STEPS:
-                store.DATA_STEPS[version](con, dim)
-            if version == 1:
-                con.execute(f"PRAGMA application_id={store.APPLICATION_ID}")
-                store.set_meta(con, **meta)
-            con.execute(f"PRAGMA user_version={version}")
+    con = file_at_schema(path, 11, dim, meta)
     con.execute("INSERT INTO change_log(at, actor, op, summary, ids) VALUES('2024-01-01T00:00:00', 'rule', 'place', "
                 "NULL, '{\"messages\":[1]}')")
     con.close()
