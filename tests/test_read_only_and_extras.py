@@ -144,7 +144,9 @@ def test_optional_packages_are_imported_only_when_used(tmp_path):
         with memsif_lite.Memory({str(tmp_path / "m.db")!r}) as mem:   # the real ONNX model
             mem.add("Ana", "I live in Lisbon.")
             mem.search("Lisbon"); mem.context("Where does Ana live?"); mem.ask("Where does Ana live?")
-        print(json.dumps(sorted(m for m in ("litellm", "mcp", "pydantic", "openai", "httpx") if m in sys.modules)))
+        frameworks = ("agents", "langchain_core", "langgraph", "langsmith", "memsif_lite.integrations")
+        print(json.dumps(sorted(m for m in ("litellm", "mcp", "pydantic", "openai", "httpx", *frameworks)
+                                if m in sys.modules)))
     """)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []
