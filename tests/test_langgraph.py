@@ -52,6 +52,9 @@ def test_put_get_search_delete(store, tmp_path, embedder):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     with Memory(path, embedder=embedder, read_only=True) as mem:  # the items are messages of the user's file
         assert sorted(m.source_id for m in mem.messages(sessions=["langgraph"])) == ["food", "pet"]
+    with Memory(path, embedder=embedder) as mem:  # a message of the session that is not an item is skipped
+        mem.add("someone", "not JSON", session="langgraph", source_id="odd")
+    assert store.get(("alice",), "odd") is None and [h.key for h in store.search(("alice",))] == ["food", "pet"]
 
 
 def test_namespaces_are_isolated_files_chosen_only_by_valid_names(store, tmp_path):

@@ -42,7 +42,8 @@ from . import Speakers, now_utc
 
 __all__ = ["MemsifChatMessageHistory", "MemsifRetriever", "message_text", "context_documents"]
 
-_ROLES = {"human": "user", "ai": "assistant", "system": "system"}
+_ROLES = {"human": "user", "ai": "assistant", "system": "system",
+          "HumanMessageChunk": "user", "AIMessageChunk": "assistant", "SystemMessageChunk": "system"}
 
 
 def message_text(message: BaseMessage) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -44,6 +45,8 @@ from ..types import Message
 from . import now_utc
 
 __all__ = ["MemsifStore", "SESSION"]
+
+log = logging.getLogger("memsif_lite")
 
 #: the session every item is stored in (a memory file may hold other conversations too)
 SESSION = "langgraph"
@@ -139,20 +142,34 @@ class MemsifStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
 
-    def _items(self, mem: Memory) -> dict[str, Message]:
-        """key -> the newest message holding it."""
-        return {m.source_id: m for m in mem.messages(sessions=[SESSION]) if m.source_id is not None}
+    def _items(self, mem: Memory) -> dict[str, tuple[Message, dict[str, Any]]]:
+        """key -> the newest message holding it, and its value. A message of the session that is not
+        an item (no key, or text that is not a JSON object: stored by something else) is skipped."""
+        out = {}
+        for m in mem.messages(sessions=[SESSION]):
+            try:
+                value = json.loads(m.text)
+            except ValueError:
+                value = None
+            if m.source_id is not None and isinstance(value, dict):
+                out[m.source_id] = (m, value)
+            elif m.source_id is not None:
+                log.warning("%s: message %d of session %r is not a store item (not a JSON object)",
+                            mem.path, m.id, SESSION)
+        return out
 
-    def _item(self, ns: tuple[str, ...], m: Message, score: float | None = None) -> SearchItem:
-        return SearchItem(namespace=ns, key=str(m.source_id), value=json.loads(m.text), created_at=m.local_at,
+    @staticmethod
+    def _item(ns: tuple[str, ...], found: tuple[Message, dict[str, Any]], score: float | None = None) -> SearchItem:
+        m, value = found
+        return SearchItem(namespace=ns, key=str(m.source_id), value=value, created_at=m.local_at,
                           updated_at=m.local_at, score=score)
 
     def _get(self, ns: tuple[str, ...], key: str) -> Item | None:
         mem = self._memory(ns, create=False)
-        m = None if mem is None else self._items(mem).get(key)
-        if m is None:
+        found = None if mem is None else self._items(mem).get(key)
+        if found is None:
             return None
-        item = self._item(ns, m)
+        item = self._item(ns, found)
         return Item(namespace=item.namespace, key=item.key, value=item.value, created_at=item.created_at,
                     updated_at=item.updated_at)
 
@@ -189,12 +206,12 @@ class MemsifStore(BaseStore):
                 continue
             items = self._items(mem)
             if op.query:
-                newest = {m.id for m in items.values()}
+                newest = {m.id for m, _ in items.values()}
                 k = 5 * (op.offset + op.limit) + 20
                 hits = [h for h in mem.search(op.query, k=k, sessions=[SESSION]) if h.id in newest]
                 found += [self._item(ns, items[str(h.source_id)], h.score) for h in hits]
             else:
-                found += [self._item(ns, m) for m in sorted(items.values(), key=lambda m: m.id)]
+                found += [self._item(ns, i) for i in sorted(items.values(), key=lambda i: i[0].id)]
         if op.filter:
             found = [i for i in found if all(_matches(i.value.get(f), c) for f, c in op.filter.items())]
         if op.query:
