@@ -409,16 +409,18 @@ def test_a_dead_model_costs_bounded_time_then_is_tried_again(memory):
     """After ``llm_down_after`` connection failures the model counts as down: later calls use the
     offline rule at once; after the back-off it is asked again."""
     cfg = Config(tau_split=0.01, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0, llm_timeout_s=2,
-                 llm_down_after=2, llm_backoff_s=1.0)
+                 llm_down_after=2, llm_backoff_s=3.0)
     mem = memory(config=cfg, llm="openai/m", llm_kwargs={"api_base": "http://127.0.0.1:9/v1", "api_key": "x"},
                  process="inline")
     mem.add_many(_messages([(i % 10, i % 7) for i in range(12)]))
     with raw(mem.path) as con:
         errors = [e for (e,) in con.execute("SELECT error FROM llm_calls ORDER BY id")]
-    skipped = [e for e in errors if e.startswith("skipped: model down")]
-    assert len(errors) - len(skipped) == 2 and skipped  # two real attempts, then no more waiting
+    down = [e.startswith("skipped: model down") for e in errors]
+    # two real attempts, then no more waiting (the back-off is long enough that a slow machine's ingest
+    # does not outlast it; were it to, a third real attempt after the skips would be right, not a fault)
+    assert down[:3] == [False, False, True]
     assert mem.stats()["pending_steps"] == 0  # the offline rule did the work
-    time.sleep(1.1)
+    time.sleep(3.1)
     mem.add("Ana", "after the back-off")
     with raw(mem.path) as con:
         later = [e for (e,) in con.execute("SELECT error FROM llm_calls WHERE id > ? ORDER BY id", (len(errors),))]
