@@ -378,8 +378,10 @@ class Memory:
                run_id: str | None = None, limit: int = 100, filters: Mapping[str, Any] | None = None,
                threshold: float | None = None, top_k: int | None = None, **_: Any) -> dict[str, list[dict[str, Any]]]:
         """Memories for ``query``, best first: memsif's hybrid (dense + BM25) message ranking and its
-        fact retrieval, fused by reciprocal rank; ``score`` is that fused rank in (0, 1] (1: first
-        of a ranking), not a cosine, and ``threshold`` applies to it."""
+        CoreFact retrieval (with an LLM configured, a fact ranks by its source messages instead: the
+        retrieval of :meth:`memsif_lite.Memory.context` would ask the LLM), fused by reciprocal
+        rank. ``score`` is that fused rank in (0, 1] (1: first of a ranking; a fact before a message
+        on a tie), not a cosine; ``threshold`` applies to it."""
         scope, limit, wanted = self._query(user_id, agent_id, run_id, filters, limit, top_k)
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not 0 <= threshold <= 1):
@@ -389,15 +391,20 @@ class Memory:
             runs = [s.run] if s.run else None
             stored = self._stored(mem, s.run)
             latest = {st.latest[0].id: k for k, st in stored.items()}
-            hits = [latest[h.id] for h in mem.search(query, k=min(1000, max(3 * limit, 30)), sessions=runs)
-                    if h.id in latest]
+            found = mem.search(query, k=min(1000, max(3 * limit, 30)), sessions=runs)
+            hits = [latest[h.id] for h in found if h.id in latest]
             facts = {f.id: f for f in mem.facts(sessions=runs)}
-            ranked = [facts[f.id] for f in mem.context(query, sessions=runs).facts
-                      if f.kind == "core" and f.id in facts]
+            if self._kwargs.get("llm") is None:  # memsif's fact retrieval (offline, so no LLM call)
+                ranked = [facts[f.id] for f in mem.context(query, sessions=runs).facts
+                          if f.kind == "core" and f.id in facts]
+            else:  # context() would ask the LLM: a fact ranks where its best source message ranks
+                rank = {h.id: n for n, h in enumerate(found)}
+                ranked = sorted((f for f in facts.values() if any(m in rank for m in f.message_ids)),
+                                key=lambda f: min(rank.get(m, len(rank)) for m in f.message_ids))
             for items in ([self._message_item(s, k, stored[k]) for k in hits], [self._fact_item(s, f) for f in ranked]):
                 items = [i for i in items if _matches(i, wanted)]
                 scored += [{**i, "score": (RRF_K + 1) / (RRF_K + rank)} for rank, i in enumerate(items, 1)]
-        scored.sort(key=lambda i: -i["score"])
+        scored.sort(key=lambda i: (-i["score"], not i["id"].startswith("f:")))  # facts first (paper §3.5)
         return {"results": [i for i in scored if threshold is None or i["score"] >= threshold][:limit]}
 
     def update(self, memory_id: str, data: str, metadata: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -524,6 +531,10 @@ def _import_key(item: Mapping[str, Any], scope: Scope) -> str:
     given = item.get("id")
     if isinstance(given, str) and given:
         try:
+            return MemoryId.parse(given).key  # listed by this facade: the same memory
+        except InvalidInputError:
+            pass
+        try:
             return uuid.UUID(given).hex
         except ValueError:
             return hashlib.sha256(given.encode("utf-8")).hexdigest()[:32]
@@ -567,7 +578,9 @@ def import_mem0(path: str | Path, *, home: str | Path | None = None, **memory_kw
     ``created_at``...) into each subject's file under ``home`` as message memories. The whole
     file is checked before anything is written (an InvalidInputError names the memory); each file
     is written in one transaction; a second run stores nothing again (a memory's key comes from its
-    mem0 id). Returns the counts and the files written."""
+    mem0 id). What this facade's ``get_all`` lists imports too: its message memories keep their
+    ids, its CoreFacts are skipped (memsif derives them again from the messages). Returns the
+    counts and the files written."""
     src = Path(path)
     try:
         doc = json.loads(src.read_bytes().decode("utf-8"))
@@ -577,6 +590,12 @@ def import_mem0(path: str | Path, *, home: str | Path | None = None, **memory_kw
         raise InvalidInputError(f"{src} is not a JSON export of mem0 ({e})") from None
     groups: dict[Scope, list[dict[str, Any]]] = {}
     for i, item in enumerate(_export_items(doc)):
+        if isinstance(item, Mapping) and isinstance(item.get("id"), str) and item["id"].startswith("f:"):
+            try:
+                MemoryId.parse(item["id"])
+                continue  # a CoreFact this facade listed: memsif derives it again from the messages
+            except InvalidInputError:
+                pass
         scope, row = _import_row(i, item)
         groups.setdefault(Scope(scope.user, scope.agent), []).append(row)
     files: dict[str, int] = {}
