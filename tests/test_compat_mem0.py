@@ -288,3 +288,18 @@ def test_cli_import_mem0(tmp_path):
 def test_import_memsif_lite_does_not_import_compat():
     code = "import sys, memsif_lite; sys.exit('memsif_lite.compat' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_docs_example_runs_as_it_says(tmp_path, monkeypatch, capsys):
+    text = (Path(__file__).resolve().parent.parent / "docs" / "mem0.md").read_text(encoding="utf-8")
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(example.splitlines()) <= 15 and "# from mem0 import Memory" in example
+    monkeypatch.setenv("MEMSIF_HOME", str(tmp_path / "home"))
+    names: dict = {"__name__": "mem0_doc_example"}
+    exec(compile(example, "docs/mem0.md", "exec"), names)  # noqa: S102 - the page's own example, offline
+    out = capsys.readouterr().out
+    assert "('UPDATE', \"I'm not a big fan of thriller movies but I love sci-fi movies.\", " \
+           "'I love sci-fi movies and documentaries.')" in out
+    assert (tmp_path / "home" / "users" / "alice.db").is_file()
+    with Memory(tmp_path / "home") as m:
+        assert m.get_all(user_id="alice") == {"results": []}
