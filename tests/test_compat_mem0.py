@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fakes import raw
-from memsif_lite import InvalidInputError, NotFoundError
+from memsif_lite import InvalidInputError, NotFoundError, memory_path
 from memsif_lite.cli import main
-from memsif_lite.compat.mem0 import Memory, import_mem0
+from memsif_lite.compat.mem0 import Memory, MemoryId, import_mem0
 
 MOVIES = [  # mem0's OSS Python quickstart
     {"role": "user", "content": "I'm planning to watch a movie tonight. Any recommendations?"},
@@ -173,6 +175,26 @@ def test_malformed_memory_ids_are_refused(m, memory_id):
             call(memory_id)
 
 
+names = st.one_of(st.sampled_from(["alice", "Bob", "a.b", "x@y", "../x", "CON", "a:b"]), st.text(max_size=20),
+                  st.text(alphabet=st.sampled_from(list("aZ09._-@+/\\:\x00 ~")), max_size=10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from("mf"), user=st.one_of(st.none(), names), agent=st.one_of(st.none(), names),
+       key=st.one_of(st.uuids().map(lambda u: u.hex), st.integers(1, 10**17).map(str), names))
+def test_an_id_names_one_file_inside_the_home_or_is_refused(kind, user, agent, key):
+    home = Path("/nonexistent/home")
+    text = f"{kind}:{key}:{user or ''}:{agent or ''}"
+    try:
+        mid = MemoryId.parse(text)
+    except InvalidInputError:
+        return
+    assert MemoryId.parse(str(mid)) == mid                                # round trip
+    path = memory_path(mid.scope.user, mid.scope.agent, home=home)
+    assert path.parent in (home / "users", home / "agents", home / "users" / (mid.scope.user or "?"))
+    assert ".." not in path.parts and path.name == f"{mid.scope.agent or mid.scope.user}.db"
+
+
 def test_scope_and_argument_errors(m):
     with pytest.raises(InvalidInputError, match="user_id or agent_id"):
         m.add("hi", run_id="r1")
@@ -189,9 +211,42 @@ def test_scope_and_argument_errors(m):
     assert m.add([{"role": "system", "content": "be nice"}], user_id="a") == {"results": []}
     with pytest.raises(NotFoundError):
         m.update(f"m:{uuid.uuid4().hex}:a:", "x")
+    with pytest.raises(InvalidInputError, match="memory_type"):
+        m.add("hi", user_id="a", memory_type="procedural_memory")
+    with pytest.raises(TypeError):
+        m.search("hi", user_id="a", limt=3)                            # a typo is not silently ignored
     with pytest.raises(InvalidInputError, match="reset"):
         m.reset()
     assert m.get_all(user_id="nobody") == {"results": []} and not (m.home / "users" / "nobody.db").exists()
+
+
+def test_with_an_llm_search_asks_it_nothing(tmp_path, llm_server):
+    """With an LLM configured, add may ask it (titles, facts...), search never does: a CoreFact
+    ranks by its source messages, as mem0's search asks no LLM either."""
+    with Memory(tmp_path / "home", llm="openai/test-model", llm_kwargs=llm_server.llm_kwargs(),
+                process="inline") as m:
+        m.add("I live in Lisbon, near the castle.", user_id="Maya", run_id="1")
+        m.add("I moved to Porto! I signed the lease last week.", user_id="Maya", run_id="2")
+        m.add("Any tips for a housewarming party?", user_id="Maya", run_id="3")
+        asked = len(llm_server.requests)
+        found = m.search("Where does Maya live?", user_id="maya", limit=4)["results"]
+        assert len(llm_server.requests) == asked
+        facts = [r["memory"] for r in found if r["id"].startswith("f:")]
+        assert "Maya lives in Porto" in facts and "Maya lives in Lisbon" not in facts
+
+
+def test_from_config_uses_the_home_and_the_llm(tmp_path, llm_server):
+    config = {"home": str(tmp_path / "home"), "vector_store": {"provider": "qdrant"},
+              "llm": {"provider": "openai", "config": {"model": "test-model", "api_key": "sk-test",
+                                                       "openai_base_url": llm_server.url}}}
+    with Memory.from_config(config) as m:
+        m.add("I live in Lisbon, near the castle.", user_id="a", run_id="1")
+        m.add("I moved to Porto!", user_id="a", run_id="2")             # closes the first segment: LLM steps
+    assert (tmp_path / "home" / "users" / "a.db").is_file()
+    assert llm_server.requests and {r["model"] for r in llm_server.requests} == {"test-model"}
+    for bad in ({"llm": {"provider": "openai", "config": {}}}, "home"):
+        with pytest.raises(InvalidInputError):
+            Memory.from_config(bad)
 
 
 EXPORT = {"results": [
@@ -220,7 +275,7 @@ def test_import_mem0_round_trip_and_idempotent(tmp_path):
         alice = m.get_all(user_id="alice")["results"]
         assert [(r["memory"], r["metadata"], r["created_at"], r["updated_at"]) for r in alice] == [
             ("Loves sci-fi movies", {"category": "movies", "categories": ["entertainment"]},
-             "2024-07-20T08:30:50+00:00", "2024-07-21T08:00:00-07:00")]
+             "2024-07-20T08:30:50+00:00", "2024-07-21T15:00:00+00:00")]
         assert alice[0]["id"] == f"m:{uuid.UUID(EXPORT['results'][0]['id']).hex}:alice:"
         run = m.get_all(user_id="bob", agent_id="helper", run_id="r1")["results"]
         assert [r["memory"] for r in run] == ["Prefers short answers"]
@@ -233,6 +288,14 @@ def test_import_mem0_round_trip_and_idempotent(tmp_path):
     with Memory(tmp_path / "copy") as m2:
         assert {(r["id"], r["memory"], r["created_at"]) for r in m2.get_all(user_id="bob")["results"]} == {
             (r["id"], r["memory"], r["created_at"]) for r in listed["results"]}
+
+
+@pytest.fixture(scope="module")
+def imported_home(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mem0import")
+    (d / "good.json").write_text(json.dumps([{"memory": "I like tea", "user_id": "a"}]))
+    import_mem0(d / "good.json", home=d / "home")
+    return d
 
 
 @pytest.mark.parametrize("content, match", [
@@ -249,14 +312,12 @@ def test_import_mem0_round_trip_and_idempotent(tmp_path):
     (json.dumps([{"memory": "x", "user_id": "a", "categories": "food"}]).encode(), "memory 0: categories"),
     (json.dumps([{"memory": "x", "user_id": "a", "role": "tool"}]).encode(), "memory 0: role"),
     (json.dumps([3]).encode(), "memory 0: expected an object"),
+    (json.dumps([{"memory": "x", "user_id": "a", "metadata": {"k": "v" * 300}}]).encode(), "memory 0: metadata too"),
 ])
-def test_import_mem0_refuses_malformed_input_and_writes_nothing(tmp_path, content, match):
-    home = tmp_path / "home"
-    good = tmp_path / "good.json"
-    good.write_text(json.dumps([{"memory": "I like tea", "user_id": "a"}]))
-    import_mem0(good, home=home)
+def test_import_mem0_refuses_malformed_input_and_writes_nothing(imported_home, content, match):
+    home = imported_home / "home"
     before = files_under(home)
-    bad = tmp_path / "bad.json"
+    bad = imported_home / "bad.json"
     bad.write_bytes(content)
     with pytest.raises(InvalidInputError, match=match):
         import_mem0(bad, home=home)

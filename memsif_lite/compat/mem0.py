@@ -126,6 +126,10 @@ class Record:
     metadata: dict | None
     updated_at: str | None = None
 
+    def updated(self) -> datetime | None:
+        """The time mem0 last updated an imported memory (stored as memsif stores times: UTC)."""
+        return None if self.updated_at is None else datetime.fromisoformat(self.updated_at)
+
     def source_id(self) -> str:
         doc: dict[str, Any] = {"k": self.key, "v": self.version, "r": self.role}
         if self.metadata:
@@ -150,6 +154,10 @@ class Record:
         if not (isinstance(doc, dict) and isinstance(doc.get("k"), str) and _KEY.fullmatch(doc["k"])
                 and type(doc.get("v")) is int and doc["v"] >= 1 and doc.get("r") in ROLES
                 and isinstance(doc.get("m", {}), dict) and isinstance(doc.get("u", ""), str)):
+            return None
+        try:
+            datetime.fromisoformat(doc.get("u") or "2000-01-01")
+        except ValueError:
             return None
         return cls(doc["k"], doc["v"], doc["r"], doc.get("m") or None, doc.get("u") or None)
 
@@ -209,13 +217,15 @@ def as_messages(messages: Any) -> list[dict[str, str]]:
 class Memory:
     """mem0's ``Memory`` over memsif files: one per user / agent under ``home`` (else
     ``$MEMSIF_HOME``, else the platform's data directory). ``memory_kwargs`` go to every
-    :class:`memsif_lite.Memory` it opens (``llm=``, ``llm_kwargs=``, ``config=``, ``key=``, ``process=``)."""
+    :class:`memsif_lite.Memory` it opens (``llm=``, ``llm_kwargs=``, ``config=``, ``key=``, ``process=``;
+    ``process`` is ``"inline"`` unless given, also with an LLM: ``add`` waits for the steps it
+    queued, as mem0's ``add`` waits for its LLM)."""
 
     def __init__(self, home: str | Path | None = None, **memory_kwargs: Any):
         if memory_kwargs.get("read_only"):
             raise InvalidInputError("memsif_lite.compat.mem0.Memory writes; open files read-only with memsif_lite")
         self.home = Path(home).expanduser() if home is not None else default_home()
-        self._kwargs = memory_kwargs
+        self._kwargs = {"process": "inline", **memory_kwargs}  # add() reports the facts it made, as mem0's does
         self._open: dict[Path, MemsifMemory] = {}
         self._lock = threading.RLock()
 
@@ -236,7 +246,8 @@ class Memory:
             if not isinstance(model, str):
                 raise InvalidInputError("config['llm']['config']['model'] must name the model")
             kwargs["llm"] = f"{llm.get('provider', 'openai')}/{model}"
-            extra = {"api_key": conf.get("api_key"), "api_base": conf.get("base_url") or conf.get("openai_base_url")}
+            extra = {"api_key": conf.get("api_key"), "api_base": conf.get("base_url") or conf.get("openai_base_url")
+                                                             or conf.get("ollama_base_url")}
             kwargs["llm_kwargs"] = {k: v for k, v in extra.items() if v}
         ignored = sorted(set(config) - {"home", "llm"})
         if ignored:
@@ -299,7 +310,7 @@ class Memory:
     @staticmethod
     def _message_item(scope: Scope, key: str, s: Stored) -> dict[str, Any]:
         first, (msg, rec) = s.versions[0][0], s.latest
-        updated = _iso(msg.at) if len(s.versions) > 1 else rec.updated_at
+        updated = _iso(msg.at if len(s.versions) > 1 else rec.updated())
         item = {"id": str(MemoryId("m", key, scope)), "memory": msg.text, "hash": _hash(msg.text),
                 "metadata": rec.metadata, "created_at": _iso(first.at), "updated_at": updated,
                 **Scope(scope.user, scope.agent, msg.session).ids(), "role": rec.role}
@@ -316,10 +327,13 @@ class Memory:
     # -- the mem0 API ----------------------------------------------------------------------------
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
             run_id: str | None = None, metadata: Mapping[str, Any] | None = None, infer: bool = True,
-            **_: Any) -> dict[str, list[dict[str, Any]]]:
+            memory_type: str | None = None, prompt: str | None = None) -> dict[str, list[dict[str, Any]]]:
         """Store the messages as memories; with ``infer``, also report the CoreFacts memsif added,
         changed or ended on the way (``event``: ADD / UPDATE / DELETE; memsif derives facts
         whatever ``infer`` says — they are written as topical segments close)."""
+        if memory_type is not None or prompt is not None:
+            raise InvalidInputError("memory_type and prompt are not supported: memsif derives CoreFacts with its own "
+                                    "rules and prompts (docs/mem0.md)")
         scope = Scope.of(user_id, agent_id, run_id)
         msgs, meta = as_messages(messages), _check_metadata(metadata)
         rows, keys = [], []
@@ -363,8 +377,8 @@ class Memory:
         return None if stored is None else self._message_item(mid.scope, mid.key, stored)
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
-                filters: Mapping[str, Any] | None = None, limit: int = 100, top_k: int | None = None,
-                **_: Any) -> dict[str, list[dict[str, Any]]]:
+                filters: Mapping[str, Any] | None = None, limit: int = 100,
+                top_k: int | None = None) -> dict[str, list[dict[str, Any]]]:
         """The subject's memories (current CoreFacts, then message memories in the order they were
         added), at most ``limit`` (``top_k``), those whose metadata matches ``filters``."""
         scope, limit, wanted = self._query(user_id, agent_id, run_id, filters, limit, top_k)
@@ -376,7 +390,7 @@ class Memory:
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, limit: int = 100, filters: Mapping[str, Any] | None = None,
-               threshold: float | None = None, top_k: int | None = None, **_: Any) -> dict[str, list[dict[str, Any]]]:
+               threshold: float | None = None, top_k: int | None = None) -> dict[str, list[dict[str, Any]]]:
         """Memories for ``query``, best first: memsif's hybrid (dense + BM25) message ranking and its
         CoreFact retrieval (with an LLM configured, a fact ranks by its source messages instead: the
         retrieval of :meth:`memsif_lite.Memory.context` would ask the LLM), fused by reciprocal
@@ -561,12 +575,11 @@ def _import_row(i: int, item: Any) -> tuple[Scope, dict[str, Any]]:
             meta = {**(meta or {}), "categories": cats}
         created, updated = item.get("created_at"), item.get("updated_at")
         at = to_stored(created) if created is not None else None
-        if updated is not None:
-            to_stored(updated)  # a bad time is refused here, before anything is written
+        updated = None if updated is None else to_stored(updated)  # a bad time is refused before anything is written
         name = str(item.get("user_id") if role == "user" else item.get("agent_id") or "assistant")
         if role == "user" and item.get("user_id") is None:
             name = "user"
-        rec = Record(_import_key(item, scope), 1, role, meta, updated if isinstance(updated, str) else None)
+        rec = Record(_import_key(item, scope), 1, role, meta, updated)
         return scope, {"speaker": name, "text": text, "at": at, "session": scope.run, "source_id": rec.source_id()}
     except InvalidInputError as e:
         raise InvalidInputError(f"memory {i}: {e}") from None
