@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from fakes import raw
 from memsif_lite import InvalidInputError, NotFoundError, memory_path
 from memsif_lite.cli import main
-from memsif_lite.compat.mem0 import Memory, MemoryId, import_mem0
+from memsif_lite.compat.mem0 import Memory, import_mem0
+from memsif_lite.compat.mem0_model import MemoryId
 
 MOVIES = [  # mem0's OSS Python quickstart
     {"role": "user", "content": "I'm planning to watch a movie tonight. Any recommendations?"},

@@ -34,184 +34,25 @@ Ids
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import re
 import threading
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from memsif_lite.errors import InvalidInputError, NotFoundError
-from memsif_lite.homes import default_home, memory_path, open_memory, validate_name
-from memsif_lite.memory import Memory as MemsifMemory
-from memsif_lite.timeutil import to_stored
-from memsif_lite.types import CoreFact, Message
+from ..errors import InvalidInputError, NotFoundError
+from ..homes import default_home, memory_path, open_memory, validate_name
+from ..memory import Memory as MemsifMemory
 
-__all__ = ["Memory", "import_mem0", "PREFIX"]
+from .mem0_import import import_mem0
+from .mem0_model import (FACT_EVENTS, MemoryId, Record, Scope, as_messages, check_metadata, fact_item, iso,
+                         matches, message_item, stored_memories)
+
+__all__ = ["Memory", "import_mem0"]
 
 log = logging.getLogger("memsif_lite")
 
-PREFIX = "mem0:"              # the start of the source_id of a message memory
-MAX_SOURCE = 200              # memsif's limit on a source_id
-ROLES = ("user", "assistant")
 RRF_K = 60
-_KEY = re.compile(r"[0-9a-f]{32}")
-_FACT = re.compile(r"[1-9][0-9]{0,17}")
-_FACT_EVENTS = {"add": "ADD", "update": "UPDATE", "merge": "UPDATE", "supersede": "UPDATE", "superseded": "DELETE"}
-
-
-@dataclass(frozen=True)
-class Scope:
-    """The subject of a call: its file (user and/or agent, validated, lower case) and a run."""
-
-    user: str | None
-    agent: str | None
-    run: str | None = None
-
-    @classmethod
-    def of(cls, user_id: Any = None, agent_id: Any = None, run_id: Any = None,
-           filters: Mapping[str, Any] | None = None) -> "Scope":
-        given = dict(filters or {})
-        for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
-            if value is not None:
-                if given.get(key) not in (None, value):
-                    raise InvalidInputError(f"{key} is given twice with different values")
-                given[key] = value
-        user, agent, run = given.get("user_id"), given.get("agent_id"), given.get("run_id")
-        if user is None and agent is None:
-            raise InvalidInputError("give user_id or agent_id (memsif keeps one memory file per user / agent"
-                                    + ("; a run_id is a session of such a file)" if run is not None else ")"))
-        if run is not None and (not isinstance(run, str) or not run.strip() or len(run) > MAX_SOURCE):
-            raise InvalidInputError(f"run_id must be a non-empty string of at most {MAX_SOURCE} characters")
-        return cls(None if user is None else validate_name(user, "user"),
-                   None if agent is None else validate_name(agent, "agent"), run)
-
-    def ids(self) -> dict[str, str]:
-        return {k: v for k, v in (("user_id", self.user), ("agent_id", self.agent), ("run_id", self.run)) if v}
-
-
-@dataclass(frozen=True)
-class MemoryId:
-    kind: str      # "m" (a message memory) or "f" (a CoreFact)
-    key: str       # 32 hex digits, or the fact id
-    scope: Scope
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.key}:{self.scope.user or ''}:{self.scope.agent or ''}"
-
-    @classmethod
-    def parse(cls, memory_id: Any) -> "MemoryId":
-        if not isinstance(memory_id, str):
-            raise InvalidInputError(f"memory_id must be a string, not {type(memory_id).__name__}")
-        parts = memory_id.split(":")
-        if len(parts) != 4 or parts[0] not in ("m", "f") or not (_KEY if parts[0] == "m" else _FACT).fullmatch(
-                parts[1]) or not (parts[2] or parts[3]):
-            raise InvalidInputError(f"{memory_id[:80]!r} is not a memory id of memsif_lite.compat.mem0 "
-                                    "('m:<key>:<user>:<agent>' or 'f:<fact id>:<user>:<agent>')")
-        return cls(parts[0], parts[1], Scope(validate_name(parts[2], "user") if parts[2] else None,
-                                             validate_name(parts[3], "agent") if parts[3] else None))
-
-
-@dataclass(frozen=True)
-class Record:
-    """What a message memory's ``source_id`` holds."""
-
-    key: str
-    version: int
-    role: str
-    metadata: dict | None
-    updated_at: str | None = None
-
-    def updated(self) -> datetime | None:
-        """The time mem0 last updated an imported memory (stored as memsif stores times: UTC)."""
-        return None if self.updated_at is None else datetime.fromisoformat(self.updated_at)
-
-    def source_id(self) -> str:
-        doc: dict[str, Any] = {"k": self.key, "v": self.version, "r": self.role}
-        if self.metadata:
-            doc["m"] = self.metadata
-        if self.updated_at:
-            doc["u"] = self.updated_at
-        text = PREFIX + json.dumps(doc, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-        if len(text) > MAX_SOURCE:
-            raise InvalidInputError(f"metadata too large: memsif keeps a memory's metadata in its source id, at most "
-                                    f"{MAX_SOURCE} characters with the key ({len(text)} here)")
-        return text
-
-    @classmethod
-    def parse(cls, source_id: str | None) -> "Record | None":
-        """The record of a stored message, or None (not a message memory, or not one we wrote)."""
-        if not source_id or not source_id.startswith(PREFIX):
-            return None
-        try:
-            doc = json.loads(source_id[len(PREFIX):])
-        except ValueError:
-            return None
-        if not (isinstance(doc, dict) and isinstance(doc.get("k"), str) and _KEY.fullmatch(doc["k"])
-                and type(doc.get("v")) is int and doc["v"] >= 1 and doc.get("r") in ROLES
-                and isinstance(doc.get("m", {}), dict) and isinstance(doc.get("u", ""), str)):
-            return None
-        try:
-            datetime.fromisoformat(doc.get("u") or "2000-01-01")
-        except ValueError:
-            return None
-        return cls(doc["k"], doc["v"], doc["r"], doc.get("m") or None, doc.get("u") or None)
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A message memory as stored: its versions (oldest first), each a message and its record."""
-
-    versions: tuple[tuple[Message, Record], ...]
-
-    @property
-    def latest(self) -> tuple[Message, Record]:
-        return self.versions[-1]
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.replace(tzinfo=timezone.utc).isoformat()
-
-
-def _hash(text: str) -> str:
-    return hashlib.md5(text.encode("utf-8")).hexdigest()  # noqa: S324 - mem0's content hash, not security
-
-
-def _check_metadata(metadata: Any) -> dict | None:
-    if metadata is None:
-        return None
-    if not isinstance(metadata, Mapping):
-        raise InvalidInputError("metadata must be a dict")
-    try:
-        return json.loads(json.dumps(dict(metadata), allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"metadata must be JSON data: {e}") from None
-
-
-def as_messages(messages: Any) -> list[dict[str, str]]:
-    """mem0's ``messages``: a string (one user message), a dict, or a list of ``{role, content}``
-    dicts; ``system`` messages are dropped (mem0 stores none either)."""
-    if isinstance(messages, str):
-        messages = [{"role": "user", "content": messages}]
-    elif isinstance(messages, Mapping):
-        messages = [messages]
-    if not isinstance(messages, (list, tuple)):
-        raise InvalidInputError("messages must be a string, a dict or a list of {'role', 'content'} dicts")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str) or not m["content"].strip():
-            raise InvalidInputError(f"message {i}: a dict with a non-empty string 'content'")
-        role = m.get("role", "user")
-        if role == "system":
-            continue
-        if role not in ROLES:
-            raise InvalidInputError(f"message {i}: role must be 'user', 'assistant' or 'system', not {role!r}")
-        out.append({"role": role, "content": m["content"]})
-    return out
 
 
 class Memory:
@@ -296,34 +137,6 @@ class Memory:
                 out.append((s, mem))
         return out
 
-    # -- reading one file ------------------------------------------------------------------------
-    @staticmethod
-    def _stored(mem: MemsifMemory, run: str | None) -> dict[str, Stored]:
-        """Every message memory of a file (of a run), by key: its versions, oldest first."""
-        found: dict[str, list[tuple[Message, Record]]] = {}
-        for m in mem.messages(sessions=[run] if run else None):
-            rec = Record.parse(m.source_id)
-            if rec is not None:
-                found.setdefault(rec.key, []).append((m, rec))
-        return {k: Stored(tuple(sorted(v, key=lambda x: (x[1].version, x[0].id)))) for k, v in found.items()}
-
-    @staticmethod
-    def _message_item(scope: Scope, key: str, s: Stored) -> dict[str, Any]:
-        first, (msg, rec) = s.versions[0][0], s.latest
-        updated = _iso(msg.at if len(s.versions) > 1 else rec.updated())
-        item = {"id": str(MemoryId("m", key, scope)), "memory": msg.text, "hash": _hash(msg.text),
-                "metadata": rec.metadata, "created_at": _iso(first.at), "updated_at": updated,
-                **Scope(scope.user, scope.agent, msg.session).ids(), "role": rec.role}
-        return item
-
-    @staticmethod
-    def _fact_item(scope: Scope, f: CoreFact) -> dict[str, Any]:
-        return {"id": str(MemoryId("f", str(f.id), scope)), "memory": f.stmt, "hash": _hash(f.stmt),
-                "metadata": {"memsif": {"kind": "core_fact", "subject": f.subject, "type": f.type,
-                                        "valid_from": _iso(f.valid_from), "valid_to": _iso(f.valid_to),
-                                        "superseded_by": f.superseded_by, "message_ids": list(f.message_ids)}},
-                "created_at": _iso(f.valid_from), "updated_at": None, **scope.ids()}
-
     # -- the mem0 API ----------------------------------------------------------------------------
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
             run_id: str | None = None, metadata: Mapping[str, Any] | None = None, infer: bool = True,
@@ -335,7 +148,7 @@ class Memory:
             raise InvalidInputError("memory_type and prompt are not supported: memsif derives CoreFacts with its own "
                                     "rules and prompts (docs/mem0.md)")
         scope = Scope.of(user_id, agent_id, run_id)
-        msgs, meta = as_messages(messages), _check_metadata(metadata)
+        msgs, meta = as_messages(messages), check_metadata(metadata)
         rows, keys = [], []
         for m in msgs:
             key = uuid.uuid4().hex
@@ -372,9 +185,9 @@ class Memory:
             return None
         if mid.kind == "f":
             fact = next((f for f in mem.facts(include_superseded=True) if f.id == int(mid.key)), None)
-            return None if fact is None else self._fact_item(mid.scope, fact)
-        stored = self._stored(mem, None).get(mid.key)
-        return None if stored is None else self._message_item(mid.scope, mid.key, stored)
+            return None if fact is None else fact_item(mid.scope, fact)
+        stored = stored_memories(mem, None).get(mid.key)
+        return None if stored is None else message_item(mid.scope, mid.key, stored)
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
                 filters: Mapping[str, Any] | None = None, limit: int = 100,
@@ -384,9 +197,9 @@ class Memory:
         scope, limit, wanted = self._query(user_id, agent_id, run_id, filters, limit, top_k)
         items = []
         for s, mem in self._files(scope):
-            items += [self._fact_item(s, f) for f in mem.facts(sessions=[s.run] if s.run else None)]
-            items += [self._message_item(s, k, st) for k, st in self._stored(mem, s.run).items()]
-        return {"results": [i for i in items if _matches(i, wanted)][:limit]}
+            items += [fact_item(s, f) for f in mem.facts(sessions=[s.run] if s.run else None)]
+            items += [message_item(s, k, st) for k, st in stored_memories(mem, s.run).items()]
+        return {"results": [i for i in items if matches(i, wanted)][:limit]}
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, limit: int = 100, filters: Mapping[str, Any] | None = None,
@@ -403,7 +216,7 @@ class Memory:
         scored: list[dict[str, Any]] = []
         for s, mem in self._files(scope):
             runs = [s.run] if s.run else None
-            stored = self._stored(mem, s.run)
+            stored = stored_memories(mem, s.run)
             latest = {st.latest[0].id: k for k, st in stored.items()}
             found = mem.search(query, k=min(1000, max(3 * limit, 30)), sessions=runs)
             hits = [latest[h.id] for h in found if h.id in latest]
@@ -415,8 +228,8 @@ class Memory:
                 rank = {h.id: n for n, h in enumerate(found)}
                 ranked = sorted((f for f in facts.values() if any(m in rank for m in f.message_ids)),
                                 key=lambda f: min(rank.get(m, len(rank)) for m in f.message_ids))
-            for items in ([self._message_item(s, k, stored[k]) for k in hits], [self._fact_item(s, f) for f in ranked]):
-                items = [i for i in items if _matches(i, wanted)]
+            for items in ([message_item(s, k, stored[k]) for k in hits], [fact_item(s, f) for f in ranked]):
+                items = [i for i in items if matches(i, wanted)]
                 scored += [{**i, "score": (RRF_K + 1) / (RRF_K + rank)} for rank, i in enumerate(items, 1)]
         scored.sort(key=lambda i: (-i["score"], not i["id"].startswith("f:")))  # facts first (paper §3.5)
         return {"results": [i for i in scored if threshold is None or i["score"] >= threshold][:limit]}
@@ -427,13 +240,13 @@ class Memory:
         mid = MemoryId.parse(memory_id)
         if not isinstance(data, str) or not data.strip():
             raise InvalidInputError("data must be a non-empty string")
-        meta = _check_metadata(metadata)
+        meta = check_metadata(metadata)
         if mid.kind == "f":
             raise InvalidInputError(f"memory {memory_id} is a CoreFact memsif derived from messages and is not edited "
                                     "by hand: add() the corrected statement (memsif updates or supersedes the fact), "
                                     "or delete() it")
         mem = self._file(mid.scope, create=False)
-        stored = None if mem is None else self._stored(mem, None).get(mid.key)
+        stored = None if mem is None else stored_memories(mem, None).get(mid.key)
         if mem is None or stored is None:
             raise NotFoundError(f"no memory with id {memory_id}")
         msg, rec = stored.latest
@@ -448,7 +261,7 @@ class Memory:
         if mem is not None and mid.kind == "f":
             mem.forget(fact_id=int(mid.key))  # NotFoundError when there is none
             return {"message": "Memory deleted successfully!"}
-        stored = None if mem is None else self._stored(mem, None).get(mid.key)
+        stored = None if mem is None else stored_memories(mem, None).get(mid.key)
         if mem is None or stored is None:
             raise NotFoundError(f"no memory with id {memory_id}")
         for msg, _ in stored.versions:
@@ -484,19 +297,19 @@ class Memory:
                 return []
             old = None
             for n, e in enumerate(events, 1):
-                event = _FACT_EVENTS.get(e.op, "UPDATE")
+                event = FACT_EVENTS.get(e.op, "UPDATE")
                 rows.append({"id": f"{memory_id}#{n}", "memory_id": memory_id, "old_memory": old,
                              "new_memory": None if event == "DELETE" else e.stmt, "event": event,
-                             "created_at": _iso(e.at), "updated_at": None, "is_deleted": event == "DELETE",
+                             "created_at": iso(e.at), "updated_at": None, "is_deleted": event == "DELETE",
                              "actor_id": None, "role": None, "detail": e.detail})
                 old = e.stmt
             return rows
-        stored = self._stored(mem, None).get(mid.key)
+        stored = stored_memories(mem, None).get(mid.key)
         old_text = None
         for msg, rec in stored.versions if stored else ():
             rows.append({"id": f"{memory_id}#{rec.version}", "memory_id": memory_id, "old_memory": old_text,
                          "new_memory": msg.text, "event": "ADD" if old_text is None else "UPDATE",
-                         "created_at": _iso(msg.at), "updated_at": None if old_text is None else _iso(msg.at),
+                         "created_at": iso(msg.at), "updated_at": None if old_text is None else iso(msg.at),
                          "is_deleted": False, "actor_id": None, "role": rec.role})
             old_text = msg.text
         return rows
@@ -522,102 +335,3 @@ class Memory:
             if isinstance(v, Mapping) or k in ("AND", "OR", "NOT"):
                 raise InvalidInputError(f"filter {k!r}: only equality on metadata is supported ({{'key': value}})")
         return scope, n, wanted
-
-
-def _matches(item: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    meta = item.get("metadata") or {}
-    return all(meta.get(k) == v for k, v in wanted.items())
-
-
-# -- importing mem0's export -----------------------------------------------------------------------
-def _export_items(doc: Any) -> list[Any]:
-    if isinstance(doc, Mapping):
-        for key in ("results", "memories"):
-            if isinstance(doc.get(key), list):
-                return doc[key]
-        raise InvalidInputError("expected a list of memories, or an object with a 'results' (or 'memories') list")
-    if isinstance(doc, list):
-        return doc
-    raise InvalidInputError("expected a list of memories, or an object with a 'results' list")
-
-
-def _import_key(item: Mapping[str, Any], scope: Scope) -> str:
-    given = item.get("id")
-    if isinstance(given, str) and given:
-        try:
-            return MemoryId.parse(given).key  # listed by this facade: the same memory
-        except InvalidInputError:
-            pass
-        try:
-            return uuid.UUID(given).hex
-        except ValueError:
-            return hashlib.sha256(given.encode("utf-8")).hexdigest()[:32]
-    basis = json.dumps([scope.user, scope.agent, item.get("memory"), item.get("created_at")])
-    return hashlib.sha256(basis.encode("utf-8")).hexdigest()[:32]
-
-
-def _import_row(i: int, item: Any) -> tuple[Scope, dict[str, Any]]:
-    if not isinstance(item, Mapping):
-        raise InvalidInputError(f"memory {i}: expected an object")
-    text = item.get("memory")
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInputError(f"memory {i}: 'memory' must be a non-empty string")
-    try:
-        scope = Scope.of(item.get("user_id"), item.get("agent_id"), item.get("run_id"))
-        role = item.get("role") or "user"
-        if role not in ROLES:
-            raise InvalidInputError(f"role must be 'user' or 'assistant', not {role!r}")
-        meta = _check_metadata(item.get("metadata"))
-        cats = item.get("categories")
-        if cats is not None:
-            if not isinstance(cats, list) or not all(isinstance(c, str) for c in cats):
-                raise InvalidInputError("categories must be a list of strings")
-            meta = {**(meta or {}), "categories": cats}
-        created, updated = item.get("created_at"), item.get("updated_at")
-        at = to_stored(created) if created is not None else None
-        updated = None if updated is None else to_stored(updated)  # a bad time is refused before anything is written
-        name = str(item.get("user_id") if role == "user" else item.get("agent_id") or "assistant")
-        if role == "user" and item.get("user_id") is None:
-            name = "user"
-        rec = Record(_import_key(item, scope), 1, role, meta, updated)
-        return scope, {"speaker": name, "text": text, "at": at, "session": scope.run, "source_id": rec.source_id()}
-    except InvalidInputError as e:
-        raise InvalidInputError(f"memory {i}: {e}") from None
-
-
-def import_mem0(path: str | Path, *, home: str | Path | None = None, **memory_kwargs: Any) -> dict[str, Any]:
-    """Load mem0's JSON export (what ``get_all`` returns: ``{"results": [...]}`` or a list of
-    memories with ``memory``, ``user_id`` / ``agent_id`` / ``run_id``, ``metadata``, ``categories``,
-    ``created_at``...) into each subject's file under ``home`` as message memories. The whole
-    file is checked before anything is written (an InvalidInputError names the memory); each file
-    is written in one transaction; a second run stores nothing again (a memory's key comes from its
-    mem0 id). What this facade's ``get_all`` lists imports too: its message memories keep their
-    ids, its CoreFacts are skipped (memsif derives them again from the messages). Returns the
-    counts and the files written."""
-    src = Path(path)
-    try:
-        doc = json.loads(src.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise InvalidInputError(f"cannot read {src}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InvalidInputError(f"{src} is not a JSON export of mem0 ({e})") from None
-    groups: dict[Scope, list[dict[str, Any]]] = {}
-    for i, item in enumerate(_export_items(doc)):
-        if isinstance(item, Mapping) and isinstance(item.get("id"), str) and item["id"].startswith("f:"):
-            try:
-                MemoryId.parse(item["id"])
-                continue  # a CoreFact this facade listed: memsif derives it again from the messages
-            except InvalidInputError:
-                pass
-        scope, row = _import_row(i, item)
-        groups.setdefault(Scope(scope.user, scope.agent), []).append(row)
-    files: dict[str, int] = {}
-    new = 0
-    for scope, rows in groups.items():
-        with open_memory(scope.user, scope.agent, home=home, **memory_kwargs) as mem:
-            added = mem.remember(rows)
-        files[str(memory_path(scope.user, scope.agent, home=home))] = len(rows)
-        new += sum(a.new for a in added)
-    total = sum(files.values())
-    return {"file": str(src), "memories": total, "new": new, "already_present": total - new, "files": files}
-
