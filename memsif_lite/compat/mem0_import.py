@@ -3,7 +3,6 @@ agent, as :class:`memsif_lite.compat.mem0.Memory` keeps them."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -30,6 +29,8 @@ def _export_items(doc: Any) -> list[Any]:
 
 
 def _import_key(item: Mapping[str, Any], scope: Scope) -> str:
+    """The memory's key: its mem0 UUID (or this facade's key), else a name-based UUID of its id,
+    else of what it says and when (so a second import finds it again)."""
     given = item.get("id")
     if isinstance(given, str) and given:
         try:
@@ -39,9 +40,9 @@ def _import_key(item: Mapping[str, Any], scope: Scope) -> str:
         try:
             return uuid.UUID(given).hex
         except ValueError:
-            return hashlib.sha256(given.encode("utf-8")).hexdigest()[:32]
+            return uuid.uuid5(uuid.NAMESPACE_URL, f"mem0:id:{given}").hex
     basis = json.dumps([scope.user, scope.agent, item.get("memory"), item.get("created_at")])
-    return hashlib.sha256(basis.encode("utf-8")).hexdigest()[:32]
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"mem0:memory:{basis}").hex
 
 
 def _import_row(i: int, item: Any) -> tuple[Scope, dict[str, Any]]:

@@ -188,6 +188,7 @@ def stored_memories(mem: MemsifMemory, run: str | None) -> dict[str, Stored]:
             found.setdefault(rec.key, []).append((m, rec))
     return {k: Stored(tuple(sorted(v, key=lambda x: (x[1].version, x[0].id)))) for k, v in found.items()}
 
+
 def message_item(scope: Scope, key: str, s: Stored) -> dict[str, Any]:
     first, (msg, rec) = s.versions[0][0], s.latest
     updated = iso(msg.at if len(s.versions) > 1 else rec.updated())
@@ -195,6 +196,7 @@ def message_item(scope: Scope, key: str, s: Stored) -> dict[str, Any]:
             "metadata": rec.metadata, "created_at": iso(first.at), "updated_at": updated,
             **Scope(scope.user, scope.agent, msg.session).ids(), "role": rec.role}
     return item
+
 
 def fact_item(scope: Scope, f: CoreFact) -> dict[str, Any]:
     return {"id": str(MemoryId("f", str(f.id), scope)), "memory": f.stmt, "hash": content_hash(f.stmt),
