@@ -62,6 +62,8 @@ CASES: list[tuple[str, list[str], set[str]]] = [
     ("merge", ["merge", "{other}", "--dry-run", "--db", "{db}"], _fields(MergeReport) | {"db", "stats"}),
     ("export", ["export", "--out", "{tmp}/out.jsonl", "--db", "{db}"], {"db", "out", "lines"}),
     ("import", ["import", "{export}", "--db", "{tmp}/imported.db"], {"file", "db", "imported", "stats"}),
+    ("import-mem0", ["import-mem0", "{mem0}", "--home", "{tmp}/home"],
+     {"file", "memories", "new", "already_present", "files"}),
     ("backup", ["backup", "{tmp}/copy.db", "--db", "{db}"], {"db", "dest", "bytes"}),
     ("check", ["check", "--db", "{db}"], {"ok", "problems", "stats"}),
     # {key}, {new_key}: key files; {enc}: a copy of the small memory encrypted with {key}
@@ -96,6 +98,7 @@ def small(tmp_path_factory):
     shutil.copy(d / "small.db", d / "other.db")
     assert run("ingest", extra, "--db", d / "other.db").exit_code == 0
     assert run("export", "--db", d / "small.db", "--out", d / "small.jsonl.export").exit_code == 0
+    (d / "mem0.json").write_text(json.dumps({"results": [{"memory": "Likes tea", "user_id": "maya"}]}))
     (d / "key").write_text("shapes key\n")
     (d / "new_key").write_text("another key\n")
     shutil.copy(d / "small.db", d / "encrypted.db")
@@ -119,7 +122,7 @@ def test_json_document_of(case, small, tmp_path):
     shutil.copy(small / "encrypted.db", tmp_path / "e.db")
     where = {"db": db, "other": small / "other.db", "export": small / "small.jsonl.export", "tmp": tmp_path,
              "extra": small / "extra.jsonl", "key": small / "key", "new_key": small / "new_key",
-             "enc": tmp_path / "e.db"}
+             "enc": tmp_path / "e.db", "mem0": small / "mem0.json"}
     r = run(*[a.format(**where) for a in args], "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)  # the whole of stdout is one document

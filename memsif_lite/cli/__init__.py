@@ -23,7 +23,7 @@ Options
     MEMSIF_CONFIG); the commands that can call an LLM (``ingest``, ``ask``) also take ``--llm``,
     ``--api-base`` and ``--api-key`` (or MEMSIF_LLM, MEMSIF_API_BASE, MEMSIF_API_KEY); so does
     ``mcp``, the MCP server. Only
-    ``ingest``, ``add``, ``import``, ``demo`` and ``mcp`` create a memory file; the other commands
+    ``ingest``, ``add``, ``import``, ``import-mem0``, ``demo`` and ``mcp`` create a memory file; the other commands
     refuse a path where there is none (or an empty file), so a mistyped ``--db`` does not leave an
     empty memory file behind, and the commands that only read open the file read-only.
 
@@ -50,7 +50,7 @@ from memsif_lite.jsonable import to_jsonable
 
 from .boundary import main
 from .demo import demo
-from .files import backup, check, decrypt, encrypt, export, import_, merge, rekey
+from .files import backup, check, decrypt, encrypt, export, import_, import_mem0, merge, rekey
 from .history import log, undo
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
@@ -60,5 +60,5 @@ from .writing import add, forget, ingest, process
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, backup, check, encrypt, decrypt, rekey, log, undo, mcp, demo, view):
+                 import_, import_mem0, backup, check, encrypt, decrypt, rekey, log, undo, mcp, demo, view):
     main.add_command(_command)

@@ -12,17 +12,18 @@ from typing import Any
 
 import click
 
-from memsif_lite import encryption
+from memsif_lite import Config, encryption
+from memsif_lite.compat import mem0 as compat_mem0
 from memsif_lite.errors import EncryptedFileError, MemoryFileError, MemsifError
 from memsif_lite.homes import make_private_dirs
 from memsif_lite.keys import Key
 
 from .boundary import command
 from .keys import KEY, NEW_KEY, OTHER_KEY, KeySource, asked_key, given_key, key_options
-from .options import file_options, key_file_options, open_memory, writable_parent
+from .options import config_option, file_options, key_file_options, open_memory, writable_parent
 from .output import output, plural, stats_line
 
-__all__ = ["backup", "check", "decrypt", "encrypt", "export", "import_", "merge", "rekey"]
+__all__ = ["backup", "check", "decrypt", "encrypt", "export", "import_", "import_mem0", "merge", "rekey"]
 
 
 def _merge_lines(doc: Mapping[str, Any], *, other: str, dry_run: bool, **_: Any) -> Iterator[str]:
@@ -96,6 +97,24 @@ def import_(file: str, db: str, config: str | None) -> dict[str, Any]:
         raise click.ClickException(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start}); "
                                    "expected an export written by `memsif export`") from None
     return {"file": file, "db": db, "imported": counts, "stats": st}
+
+
+@command("import-mem0")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--home", envvar="MEMSIF_HOME", default=None, type=click.Path(file_okay=False),
+              help="Directory of per-user/agent memory files (also MEMSIF_HOME; default: the user data directory, "
+                   "e.g. ~/.local/share/memsif).")
+@config_option
+@output(lambda doc, **_: [f"imported {plural(doc['memories'], 'memory', 'memories')} from {doc['file']}: "
+                          f"{doc['new']} new, {doc['already_present']} already there"]
+        + [f"  {path}: {plural(n, 'memory', 'memories')}" for path, n in doc["files"].items()])
+def import_mem0(file: str, home: str | None, config: str | None) -> dict[str, Any]:
+    """Load mem0's JSON export (what its get_all() returns: {"results": [...]} or a list of memories,
+    each with memory, user_id / agent_id / run_id, metadata, created_at) into one memory file per
+    user / agent under --home, as `memsif_lite.compat.mem0.Memory` keeps them. The whole export is
+    checked before anything is written; running it again stores nothing twice."""
+    cfg = Config.from_file(config) if config else None
+    return compat_mem0.import_mem0(file, home=home, config=cfg)
 
 
 @contextlib.contextmanager
