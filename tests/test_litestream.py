@@ -153,12 +153,13 @@ def _restored_texts(binary: str, replica: Path, out: Path) -> set[str] | None:
 @pytest.mark.parametrize("binary", BINARIES)
 def test_a_restored_replica_holds_every_message_acknowledged_before_the_last_sync(tmp_path, binary):
     """Three processes add messages while Litestream replicates the file to a file replica. ``acked``
-    is what each writer had acknowledged at one moment; *the last sync* before the kill is the first
-    one whose replica restores with each writer's last acknowledged message (polled by restoring).
-    The writers go on writing; Litestream and the writers are killed (-9) together, mid-write.
-    The replica restores to a file that opens, passes check(), holds every acknowledged message
-    (each writer's messages are a gap-free prefix: no WAL frame was lost), and can be written to,
-    backed up and merged."""
+    is each writer's last acknowledged message at one moment; *the last sync* is the first one after
+    it whose replica restores with all of them (polled by restoring: the replica's position has
+    passed those commits in the WAL, so every message acknowledged before them is in it too). The
+    writers go on writing for 0.2 s; then Litestream and the writers are killed (-9), mid-write.
+    The replica restores to a file that opens, passes check(), holds every message acknowledged
+    before that sync (each writer's messages a gap-free prefix: no WAL frame was lost), and can be
+    written to, backed up and merged."""
     db, replica = tmp_path / "src.db", tmp_path / "replica"
     Memory(db, embedder=FakeEmbedder()).close()
     script = tmp_path / "writer.py"
