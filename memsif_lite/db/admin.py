@@ -1,9 +1,8 @@
 """meta, llm_calls and whole-file operations (counts, export/import, check, backup).
 
 memsif never checkpoints the WAL itself: SQLite's automatic checkpoints are PASSIVE (they never wait
-for a reader, never block a writer, and never move past a reader such as Litestream), and a
-TRUNCATE or RESTART checkpoint would wait, holding the write lock, for Litestream's read lock
-(docs/beyond-one-machine.md "Checkpoints")."""
+for a reader nor block a writer), and a TRUNCATE or RESTART checkpoint would wait, holding the
+write lock, for Litestream's permanent read transaction (docs/beyond-one-machine.md "Checkpoints")."""
 
 from __future__ import annotations
 
