@@ -6,7 +6,8 @@ Opening a file happens in two steps (see ../README.md "Guarantees"):
    file (:func:`_apply_key`: SQLite3 Multiple Ciphers, ChaCha20-Poly1305).
 1. *Inspect* it read-only with no extension loaded: it must be SQLite, pass ``quick_check``,
    carry our ``application_id``, a ``user_version`` we know, and exactly the schema objects our
-   migrations create (so no foreign table, trigger or view rides along).
+   migrations create (so no foreign table, trigger or view rides along), plus at most the two
+   tables Litestream adds to a file it replicates (:data:`REPLICATION_TABLES`, exact shape).
 2. *Connect* for real: defensive mode, untrusted schema, triggers and views disabled, sqlite-vec
    loaded and extension loading switched off again, WAL, ``synchronous`` (FULL by default),
    ``busy_timeout``, foreign keys; then apply pending migrations, each in one transaction: its
@@ -51,7 +52,8 @@ from .int8 import quantize
 from .keys import Key
 
 __all__ = ["APPLICATION_ID", "FileInfo", "QuietReads", "inspect", "quiet_stamp", "connect", "write", "map_errors",
-           "migrations", "expected_schema", "read_meta", "set_meta", "check_embedding", "require_cipher", "convert"]
+           "migrations", "expected_schema", "REPLICATION_TABLES", "read_meta", "set_meta", "check_embedding",
+           "require_cipher", "convert"]
 
 log = logging.getLogger("memsif_lite")
 T = TypeVar("T")
@@ -188,6 +190,18 @@ def expected_schema(version: int, dim: int) -> frozenset[tuple[str, str, str, st
     rows = _sql(con, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema").fetchall()
     con.close()
     return frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows)
+
+
+#: sqlite_schema rows another program adds to a memory file, recognised by exact name and shape
+#: (type, name, table and SQL) and left alone; anything else not created by our migrations is refused.
+#: Litestream (0.3.x and 0.5.x, https://litestream.io) creates these two tables the first time it
+#: replicates a file: ``_litestream_seq`` forces a WAL write when it syncs, ``_litestream_lock`` is
+#: written in a transaction it always rolls back, to take the write lock. memsif never reads them.
+REPLICATION_TABLES: frozenset[tuple[str, str, str, str]] = frozenset({
+    ("table", "_litestream_seq", "_litestream_seq",
+     "CREATE TABLE _litestream_seq (id INTEGER PRIMARY KEY, seq INTEGER)"),
+    ("table", "_litestream_lock", "_litestream_lock", "CREATE TABLE _litestream_lock (id INTEGER)"),
+})
 
 
 def _norm_sql(sql: str) -> str:
@@ -391,7 +405,7 @@ def _inspect_sqlite(p: Path, key: Key | None) -> FileInfo | None:
             raise MemoryFileError(f"{p} has no valid meta table: {e}") from e
         if not 1 <= dim <= 8192:
             raise MemoryFileError(f"{p} records an impossible embedding dimension {dim}")
-        found = frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows)
+        found = frozenset((t, n, tb, _norm_sql(s)) for t, n, tb, s in rows) - REPLICATION_TABLES
         expected = expected_schema(version, dim)
         if found != expected:
             extra = sorted(f"{t} {n}" for t, n, _, _ in found - expected)

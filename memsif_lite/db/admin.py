@@ -1,4 +1,8 @@
-"""meta, llm_calls and whole-file operations (counts, checkpoints, export/import, check, backup)."""
+"""meta, llm_calls and whole-file operations (counts, export/import, check, backup).
+
+memsif never checkpoints the WAL itself: SQLite's automatic checkpoints are PASSIVE (they never wait
+for a reader nor block a writer), and a TRUNCATE or RESTART checkpoint would wait, holding the
+write lock, for Litestream's permanent read transaction (docs/beyond-one-machine.md "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -60,10 +64,6 @@ class Admin(Table):
             "oldest_pending_s": q("SELECT coalesce(CAST(round((julianday('now') - julianday(min(created_at))) * 86400) "
                                   "AS INTEGER), 0) FROM work_queue").fetchone()[0],
         }
-
-    def checkpoint(self) -> None:
-        """Fold the WAL into the main file (so its size on disk is the data's)."""
-        self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def export(self) -> Iterator[dict]:
         return export_rows(self.con)
