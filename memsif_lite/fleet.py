@@ -29,10 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from . import store
 from .config import Config
-from .errors import ConfigError, InvalidInputError, MemsifError
+from .embed import Embedder
+from .errors import ConfigError, InvalidInputError, MemoryFileError, MemsifError
 from .homes import validate_name
 from .memory import Memory
+from .pipelines import embedder_for
 
 __all__ = ["FileResult", "FleetReport", "FleetTaskError", "home_files", "process_file", "process_fleet"]
 
@@ -40,6 +43,9 @@ log = logging.getLogger("memsif_lite")
 
 #: environment variables a worker reads its LLM settings from with ``worker_env=True``
 WORKER_ENV = ("MEMSIF_LLM", "MEMSIF_API_BASE", "MEMSIF_API_KEY")
+#: the embedding models a worker process has loaded, by what makes one (loading one takes longer
+#: than draining a small file's queue, so a worker loads each model once, not once per file)
+_EMBEDDERS: dict[tuple[str, int, str, tuple[float, ...]], Embedder] = {}
 
 
 class FleetTaskError(MemsifError):
@@ -128,12 +134,24 @@ def process_file(path: str, llm: str | None = None, llm_kwargs: Mapping[str, Any
         llm_kwargs = {k: v for k, v in (("api_base", os.environ.get("MEMSIF_API_BASE")),
                                         ("api_key", os.environ.get("MEMSIF_API_KEY"))) if v}
     try:
-        with Memory(path, config=config, llm=llm, llm_kwargs=llm_kwargs or None, process="manual") as mem:
+        with Memory(path, config=config, llm=llm, llm_kwargs=llm_kwargs or None, process="manual",
+                    embedder=_embedder(path, config)) as mem:
             report = mem.process()
     except Exception as e:  # noqa: BLE001 - reported per file, with its type
         raise FleetTaskError(f"{type(e).__name__}: {e}") from None
     return FileResult(path, True, steps=report.steps, pending=report.pending,
                       seconds=round(time.perf_counter() - t0, 3), worker=_worker_name())
+
+
+def _embedder(path: str, config: Config | None) -> Embedder:
+    """The model this file's ``Memory`` would load (the configured one, else the one the file
+    records: :func:`~memsif_lite.pipelines.embedder_for`), loaded once per worker process. A file
+    that is not there is refused: processing never creates one."""
+    info = store.inspect(path)
+    if info is None:
+        raise MemoryFileError(f"no memory file at {path} (nothing to process)")
+    emb = embedder_for(config or Config(), info)
+    return _EMBEDDERS.setdefault((emb.model_id, emb.dim, emb.metric, tuple(emb.sem_levels)), emb)
 
 
 def _worker_name() -> str | None:

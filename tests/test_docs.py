@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = ("concepts", "cli", "python", "llm", "merge", "history", "languages", "reliability", "architecture",
-         "benchmarks")
+         "benchmarks", "beyond-one-machine")
 
 
 def _cli_reference():
