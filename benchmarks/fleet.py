@@ -70,9 +70,10 @@ def drain_dask(home: Path, workers: int, server: FakeLLMServer) -> dict[str, Any
 
 
 def _warm() -> None:
-    import litellm  # noqa: F401
-
     from memsif_lite.embed import OnnxEmbedder
+    from memsif_lite.llm import import_litellm
+
+    import_litellm()
 
     OnnxEmbedder().embed(["warm"], kind="passage")
 
