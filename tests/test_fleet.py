@@ -190,6 +190,7 @@ def test_cli_fleet_process_reports_every_file_and_exits_1_on_a_failure(tmp_path,
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
+    assert set(doc) == {"files", "done", "failed", "steps", "seconds", "workers"}
     assert (doc["done"], doc["failed"], doc["workers"]) == (2, 1, 3)
     assert [Path(f["path"]).name for f in doc["files"] if not f["ok"]] == ["broken.db"]
     (home / "users" / "broken.db").unlink()
