@@ -77,6 +77,8 @@ CASES: list[tuple[str, list[str], set[str]]] = [
 #: Commands that print no document meant for machines, and why.
 NO_JSON = {
     "mcp": "serves the MCP protocol over stdio until the client hangs up: its stdout is JSON-RPC frames",
+    "fleet": "a group; its command `fleet process --json` needs a Dask cluster: its document is checked in "
+             "tests/test_fleet.py",
 }
 
 #: Keys holding ``Memory.stats()`` (compared with the file's own stats, so a new count needs no change here).
