@@ -25,7 +25,7 @@ from ..types import CoreFact
 from .base import Table
 from .messages import Messages
 from .rows import MessageRow
-from .structure import Structure
+from .structure import UNIT_TABLES, Structure
 from .vector_cache import Allowed
 
 __all__ = ["Filtering", "message_sql"]
@@ -105,6 +105,18 @@ def _fact_sql(f: MessageFilter, table: str, sources: str) -> tuple[str, list[Any
     return f"SELECT x.id FROM {table} x WHERE " + (" AND ".join(where) or "1"), args
 
 
+def _units_sql(level: str, f: MessageFilter) -> tuple[str, list[Any]]:
+    """The segments (or trajectories) holding at least one matching message, with its arguments."""
+    sql, args = message_sql(f)
+    if level == "segment":
+        return f"SELECT u.segment_id FROM message_units u WHERE u.message_id IN ({sql})", args
+    return ("SELECT s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
+            f"WHERE s.trajectory_id IS NOT NULL AND u.message_id IN ({sql})"), args
+
+
+#: units a filtered unit ranking checks one by one at most; a narrower filter lists its units
+WALK = 256
+
 _CORE_SOURCES = "SELECT 1 FROM fact_sources s JOIN messages m ON m.id=s.message_id WHERE s.fact_id=x.id"
 _ACTIVE_SOURCES = ("SELECT 1 FROM cluster_statements cs JOIN cluster_evidence e ON e.statement_id=cs.id "
                    "JOIN messages m ON m.id=e.message_id WHERE cs.cluster_id=x.cluster_id")
@@ -146,7 +158,9 @@ class Filtering(Table):
         """Nearest segments (or trajectories) holding at least one matching message: the unfiltered
         ranking from the cache, walked down keeping the units that hold one, until ``depth`` are
         kept or the ranking ends (each step checks about as many as the share found so far says
-        are needed); without the cache, vec0's KNN over those units."""
+        are needed). When that share says more than ``WALK`` units are still to check (a narrow
+        filter), the units holding a matching message are listed instead and the cache ranks only
+        them; without the cache, vec0's KNN over those units."""
         out: list[int] = []
         seen, found, k = 0, 0, 8 * depth
         ranked: list[int] = []
@@ -162,6 +176,8 @@ class Filtering(Table):
                     break
                 ranked = got
             share = found / seen if seen else 1.0
+            if (depth - len(out)) / max(share, 1 / 64) > WALK:  # a narrow filter: list its units instead
+                return self._unit_ranked_among(level, qvec, depth, f)
             step = int((depth - len(out)) / max(share, 1 / 16) * 1.25) + 2
             batch = ranked[seen:seen + step]
             holding = self._holding(level, batch, f)
@@ -173,23 +189,22 @@ class Filtering(Table):
         """Those of ``uids`` holding at least one matching message (each checked until one is found;
         the ids as one JSON array: measured twice as fast as an ``IN`` list here)."""
         where, args = _message_where(f)
-        members = ("message_units u" if level == "segment" else
-                   "segments s JOIN message_units u ON u.segment_id=s.id")
+        members = ("message_units u" if level == "segment" else  # CROSS JOIN: from the unit to its members
+                   "segments s CROSS JOIN message_units u ON u.segment_id=s.id")
         unit = "u.segment_id" if level == "segment" else "s.trajectory_id"
         return {int(r[0]) for r in self.con.execute(
-            f"SELECT x.value FROM json_each(?) x WHERE EXISTS (SELECT 1 FROM {members} JOIN messages m "
+            f"SELECT x.value FROM json_each(?) x WHERE EXISTS (SELECT 1 FROM {members} CROSS JOIN messages m "
             f"ON m.id=u.message_id WHERE {unit}=x.value AND {where})", (json.dumps(list(uids)), *args))}
 
+    def _unit_ranked_among(self, level: str, qvec: np.ndarray, depth: int, f: MessageFilter) -> list[int]:
+        """The cache's ranking of the units holding a matching message, listed first (one query)."""
+        sql, args = _units_sql(level, f)
+        ids = np.fromiter((r[0] for r in self.con.execute(sql, args)), dtype=np.int64)
+        ranked = self._structure.cached_dense(level, qvec, depth, Allowed(ids=ids))
+        return ranked if ranked is not None else self._unit_knn(level, qvec, depth, f)
+
     def _unit_knn(self, level: str, qvec: np.ndarray, depth: int, f: MessageFilter) -> list[int]:
-        sql, args = message_sql(f)
-        if level == "segment":
-            units = f"SELECT u.segment_id FROM message_units u WHERE u.message_id IN ({sql})"
-            table = "segment_vec"
-        else:
-            units = ("SELECT s.trajectory_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
-                     f"WHERE s.trajectory_id IS NOT NULL AND u.message_id IN ({sql})")
-            table = "trajectory_vec"
-        return [u for u, _ in self.knn(table, qvec, depth, only=(units, args))]
+        return [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth, only=_units_sql(level, f))]
 
     def nearest_facts(self, qvec: np.ndarray, k: int, f: MessageFilter) -> list[tuple[int, float]]:
         return self.knn("fact_vec", qvec, min(k, self.count("fact_vec")),

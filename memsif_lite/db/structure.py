@@ -14,7 +14,7 @@ from ..timeutil import is_stored
 from .base import Table
 from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
 from .messages import cached_search
-from .vector_cache import VectorCache
+from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Structure", "UNIT_TABLES", "malformed_units"]
 
@@ -128,9 +128,11 @@ class Structure(Table):
         hits = self.cached_dense(level, qvec, depth)
         return hits if hits is not None else [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth)]
 
-    def cached_dense(self, level: str, qvec: np.ndarray, depth: int) -> list[int] | None:
-        """:meth:`dense` from the in-process cache; None when it cannot answer."""
-        hits = cached_search(self.con, self.caches[level], qvec, depth)
+    def cached_dense(self, level: str, qvec: np.ndarray, depth: int,
+                     allowed: Allowed | None = None) -> list[int] | None:
+        """:meth:`dense` from the in-process cache (among the units ``allowed`` admits, when given);
+        None when it cannot answer."""
+        hits = cached_search(self.con, self.caches[level], qvec, depth, allowed)
         return None if hits is None else [u for u, _ in hits]
 
     # -- segments ------------------------------------------------------------------------------
