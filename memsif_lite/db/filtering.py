@@ -6,7 +6,8 @@ before it cuts its top k, never after, so a filter never empties a top-k:
   list read here for speakers or sessions); without the cache, vec0's KNN with ``rowid IN
   (SELECT ... WHERE ...)``;
 * dense over segments and trajectories: the unfiltered ranking (cache) walked down, keeping the
-  units that hold a matching message, until ``depth`` are found — the same list;
+  units that hold a matching message, until ``depth`` are found — the same list; for a narrow
+  filter, the units holding a matching message listed first and only they ranked by the cache;
 * BM25: the FTS5 match joined to each hit's message row, the filter checked per hit.
 
 The speaker/session/time columns are indexed."""
