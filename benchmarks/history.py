@@ -1,7 +1,8 @@
 """What the change log costs (docs/history.md): its size per 1,000 messages (bytes with its index
 and ``change_facts``, rows by operation), and ``as_of`` reads against current ones — ``context``,
 ``search`` and ``facts`` at a valid time halfway through the conversation, against the same calls
-without it (target: ≤ 1.3× at 10,000 messages).
+without it (target: ≤ 1.3× at 10,000 messages); medians of wall time and of this process's CPU
+time (steadier on a shared machine).
 
     python benchmarks/history.py --messages 10000 --out history.json
 
@@ -47,13 +48,18 @@ def log_bytes(path: Path) -> int:
     return int(size or 0)
 
 
-def timed(fn, queries) -> list[float]:
+def timed(fn, queries) -> list[tuple[float, float]]:
+    """(wall ms, CPU ms of this process) per query: on a shared machine the CPU time is the steadier."""
     out = []
     for q in queries:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn(q)
-        out.append((time.perf_counter() - t) * 1000)
+        out.append(((time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000))
     return out
+
+
+def _p50(xs: list[tuple[float, float]], i: int) -> float:
+    return float(np.percentile([x[i] for x in xs], 50))
 
 
 def run(n: int, workdir: Path) -> dict:
@@ -82,9 +88,10 @@ def run(n: int, workdir: Path) -> dict:
             for _ in range(3):  # interleaved rounds: the machine's load hits both alike
                 a += timed(now, queries)
                 b += timed(then, queries)
-            results[name] = {"current_ms_p50": round(float(np.percentile(a, 50)), 2),
-                             "as_of_ms_p50": round(float(np.percentile(b, 50)), 2),
-                             "ratio": round(float(np.percentile(b, 50) / np.percentile(a, 50)), 2)}
+            results[name] = {"current_ms_p50": round(_p50(a, 0), 2), "as_of_ms_p50": round(_p50(b, 0), 2),
+                             "ratio": round(_p50(b, 0) / _p50(a, 0), 2),
+                             "current_cpu_ms_p50": round(_p50(a, 1), 3), "as_of_cpu_ms_p50": round(_p50(b, 1), 3),
+                             "cpu_ratio": round(_p50(b, 1) / _p50(a, 1), 2)}
         facts = len(mem.facts(include_superseded=True))
     size = log_bytes(path)
     return {"messages": n, "core_facts": facts, "log_rows": len(changes),

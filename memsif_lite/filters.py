@@ -1,7 +1,8 @@
 """Filters on who said what, where and when: one frozen, validated :class:`MessageFilter`, built
-once (by the Python API, the CLI or a tool layer) and applied INSIDE the KNN and full-text
-queries by the data-access layer (``rowid IN (SELECT id FROM messages WHERE ...)``), never by
-post-filtering a top-k.
+once (by the Python API, the CLI or a tool layer) and applied by the data-access layer
+(:mod:`memsif_lite.db.filtering`) before a ranking cuts its top k, never by post-filtering a top-k:
+the vector cache ranks only the matching rows (or vec0's KNN takes ``rowid IN (SELECT ...)``), the
+full-text query checks each hit's message.
 
 What a filter means, per result kind:
 

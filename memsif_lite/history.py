@@ -25,9 +25,9 @@ from .entities import normalise
 from .errors import InvalidInputError, NotFoundError
 from .filters import MessageFilter
 from .timeutil import from_stored
-from .types import Change, CoreFact, Segment, Trajectory, UndoReport
+from .types import Change, Segment, Trajectory, UndoReport
 
-__all__ = ["decision_key", "fact_actor", "changes", "undo", "take_back_theirs", "carry_log", "facts_as_of",
+__all__ = ["decision_key", "fact_actor", "changes", "undo", "take_back_theirs", "carry_log",
            "segments_as_of", "trajectories_as_of"]
 
 
@@ -182,14 +182,6 @@ def _facts(plan: Sequence[Change]) -> tuple[int, ...]:
 
 
 # -- as_of: valid time (docs/history.md) -------------------------------------------------------------
-def facts_as_of(facts: list[CoreFact], flt: MessageFilter | None) -> list[CoreFact]:
-    """Facts read ``as_of`` a time (filtered to those valid then by the data-access layer) as they
-    stood then: one superseded later was current, so it shows no end and no successor."""
-    if flt is None or flt.as_of is None:
-        return facts
-    return [dataclasses.replace(f, valid_to=None, superseded_by=None) for f in facts]
-
-
 def segments_as_of(db: Database, segments: list[Segment], as_of: Any) -> list[Segment]:
     """The Topical Segments as they stood at valid time ``as_of``: only messages said by then, a
     segment with later messages still open (and in no trajectory yet), one with none left out."""

@@ -230,9 +230,8 @@ class Memory:
                 check_text(value, name)
         flt = MessageFilter.build(**criteria)
         as_of = flt.as_of if flt is not None else None  # as_of: those valid then, superseded since or not
-        return self._read(lambda db: history.facts_as_of(db.filters.only_facts(db.facts.select(
-            subject=subject, ftype=type, include_superseded=include_superseded or bool(as_of), valid_at=as_of), flt),
-            flt))
+        return self._read(lambda db: db.filters.only_facts(db.facts.select(
+            subject=subject, ftype=type, include_superseded=include_superseded or bool(as_of), valid_at=as_of), flt))
 
     def fact_history(self, fact_id: int) -> list[FactEvent]:
         """Every change to a CoreFact, oldest first."""

@@ -181,13 +181,11 @@ class Retriever:
                 top = top_units(dense, by_member[level], self.top_units, complete=True)
             assert top is not None
             members = self.db.structure.members(level, [uid for uid, _ in top])
+            keep = None if flt is None else self.db.filters.keep([m for ms in members.values() for m in ms], flt)
             for uid, us in top:
-                mids = members[uid]
-                if flt is not None:
-                    keep = self.db.filters.keep(mids, flt)
-                    mids = [m for m in mids if m in keep]
-                for mid in mids:
-                    total[mid] = total.get(mid, 0.0) + weight * us
+                for mid in members[uid]:
+                    if keep is None or mid in keep:
+                        total[mid] = total.get(mid, 0.0) + weight * us
         return top_scored(total, limit)
 
 

@@ -4,6 +4,7 @@ messages, and never holds a non-matching one."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -43,7 +44,8 @@ def _matches(msg, f: MessageFilter | None) -> bool:
     at = msg.at.isoformat()
     return ((not f.speakers or msg.speaker.lower() in {s.lower() for s in f.speakers})
             and (not f.sessions or msg.session in f.sessions)
-            and (f.since is None or at >= f.since) and (f.until is None or at <= f.until))
+            and (f.since is None or at >= f.since) and (f.until is None or at <= f.until)
+            and (f.as_of is None or at <= f.as_of))
 
 
 filters_st = st.builds(
@@ -54,6 +56,7 @@ filters_st = st.builds(
                        st.lists(st.sampled_from(["1", "2", "3"]), min_size=1, max_size=2)),
     since=st.one_of(st.none(), st.integers(0, N * 7).map(lambda h: T0 + timedelta(hours=h))),
     until=st.one_of(st.none(), st.integers(0, N * 7).map(lambda h: (T0 + timedelta(hours=h)).isoformat())),
+    as_of=st.one_of(st.none(), st.integers(0, N * 7).map(lambda h: T0 + timedelta(hours=h))),
 ).filter(lambda d: d["since"] is None or d["until"] is None or d["since"].isoformat() <= d["until"])
 
 
@@ -72,9 +75,17 @@ def test_filtered_rankings_are_the_unfiltered_ones_restricted(mem, kw, query):
     fused = rrf(r.dense(qvec, 50, flt), r.bm25(query, 50, flt))
     assert [h.id for h in hits] == sorted(fused, key=lambda m: (-fused[m], m))
     assert [m.id for m in mem.messages(**kw)] == sorted(matching)
+    units = {"segment": {s.id: set(s.message_ids) for s in mem.segments()},
+             "trajectory": {t.id: set(t.message_ids) for t in mem.trajectories()}}
     for level in ("segment", "trajectory"):
         for h in mem.search(query, k=10, level=level, **kw):
             assert h.message_ids and set(h.message_ids) <= matching
+        # units holding a matching message, in the unfiltered order (the cache's walk, and vec0's KNN)
+        holding = [u for u in r._unit_dense(level, qvec, 1000, None) if units[level].get(u, set()) & matching]
+        for depth in (1, 3, 40, 300):  # 300: more than WALK, the units are listed first
+            assert r._unit_dense(level, qvec, depth, flt) == holding[:depth]
+            if flt is not None:
+                assert mem._db.filters._unit_knn(level, qvec, depth, flt) == holding[:depth]
     ctx = mem.context(query, budget_tokens=3000, **kw)
     assert set(ctx.message_ids) <= matching
     for f in ctx.facts:
@@ -92,6 +103,10 @@ def test_filtered_facts_are_the_facts_whose_subject_and_sources_match(mem, kw):
     expected = [f for f in facts if flt is None or (
         (not flt.speakers or f.subject.lower() in {s.lower() for s in flt.speakers})
         and any(_matches(everything[m], no_speaker) for m in f.message_ids))]
+    if flt is not None and flt.as_of is not None:  # valid then, and shown as it stood then
+        when = datetime.fromisoformat(flt.as_of)
+        expected = [dataclasses.replace(f, valid_to=None, superseded_by=None) for f in expected
+                    if f.valid_from <= when and (f.valid_to is None or f.valid_to > when)]
     assert mem.facts(include_superseded=True, **kw) == expected
 
 

@@ -221,6 +221,9 @@ def test_as_of_shows_what_was_valid_then_and_nothing_said_later(tmp_path_factory
         assert {f.id for f in ctx.facts if f.kind == "core"} >= valid  # the one place Ana lived then
         assert all(m.at <= when for m in mem.messages(as_of=when))
         assert all(h.at <= when for h in mem.search("Ana", as_of=when))
+        for level in ("message", "segment"):  # for messages, as_of is a time window: the one until= gives
+            assert mem.search("Where does Ana live?", level=level, as_of=when) == mem.search(
+                "Where does Ana live?", level=level, until=when)
         segs = mem.segments(as_of=when)
         assert {m for s in segs for m in s.message_ids} == {m.id for m in mem.messages(as_of=when)}
         assert {m for tr in mem.trajectories(as_of=when) for m in tr.message_ids} <= {

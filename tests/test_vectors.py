@@ -297,3 +297,100 @@ def test_an_id_freed_here_and_reused_by_another_connection_is_found(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def _brute(vecs: dict[int, np.ndarray], q: np.ndarray, k: int, ok) -> list[tuple[int, float]]:
+    """The exact filtered ranking, written out: every admitted row's cosine distance as sqlite-vec
+    computes it (int8 codes, integer dot products, double, rounded to float32), ties by id."""
+    qc = quantize(q).astype(np.int64)
+    out = []
+    for mid, v in vecs.items():
+        if ok(mid):
+            c = quantize(v).astype(np.int64)
+            den = np.sqrt(float(c @ c)) * np.sqrt(float(qc @ qc))
+            out.append((mid, float(np.float32(1.0 - float(c @ qc) / den))))
+    return sorted(out, key=lambda x: (x[1], x[0]))[:k]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), k=st.integers(1, 60),
+       window=st.tuples(st.one_of(st.none(), st.integers(0, 40)), st.one_of(st.none(), st.integers(0, 40))),
+       by_id=st.booleans(), staged=st.integers(0, 5), deleted=st.integers(0, 5))
+def test_masked_cache_search_is_the_exact_filtered_ranking(seed, n, k, window, by_id, staged, deleted):
+    """A filtered search through the cache (a time window compared beside it, an id set) gives the
+    ranking of a brute-force pass over the admitted rows, bit for bit — also inside a write
+    transaction, over what it staged (added and deleted rows) — and the same as vec0's KNN with
+    ``rowid IN (...)``. Times repeat (equal times at both ends of a window) and vectors repeat (ties)."""
+    from memsif_lite.db.vector_cache import Allowed
+
+    rng = np.random.default_rng(seed)
+    vecs = _unit(rng, n + staged, 16)
+    if n > 3:
+        vecs[n // 2: n // 2 + 2] = vecs[:2]  # exact ties
+    day = [f"2024-01-{1 + int(d) // 2:02d}T{12 * (int(d) % 2):02d}:00:00" for d in rng.integers(0, 40, n + staged)]
+    since, until = (None if w is None else f"2024-01-{1 + w // 2:02d}T{12 * (w % 2):02d}:00:00" for w in window)
+    with tempfile.TemporaryDirectory() as d:
+        db = _database(Path(d) / "m.db", 16)
+        try:
+            with db.write():
+                ids = [db.messages.insert(speaker="A", text=f"m{i}", at=day[i], session=None, source_id=None,
+                                          content_hash=bytes(32), created_at="2024-01-01T00:00:00", vector=vecs[i])
+                       for i in range(n)]
+            times = dict(zip(ids, day, strict=False))
+            live = dict(zip(ids, vecs, strict=False))
+            chosen = set(rng.choice(ids, size=max(1, n // 3), replace=False).tolist()) if by_id else None
+            allowed = Allowed(since=since, until=until,
+                              ids=None if chosen is None else np.array(sorted(chosen), dtype=np.int64))
+
+            def ok(mid: int) -> bool:
+                return ((since is None or times[mid] >= since) and (until is None or times[mid] <= until)
+                        and (chosen is None or mid in chosen))
+
+            q = vecs[int(rng.integers(n))] if rng.random() < 0.5 else _unit(rng, 1, 16)[0]
+            got = db.messages.cached_nearest(q, k, allowed)
+            assert got == _brute(live, q, k, ok)
+            sub = "SELECT id FROM messages WHERE " + " AND ".join(
+                ["1"] + ([f"at >= '{since}'"] if since else []) + ([f"at <= '{until}'"] if until else [])
+                + ([f"id IN ({','.join(map(str, sorted(chosen)))})"] if chosen is not None else []))
+            exact = db.messages.knn("message_vec", q, k, only=(sub, []))
+            assert [x for _, x in got] == [x for _, x in exact]
+            last = got[-1][1] if got else None  # ids agree except among equal distances cut at k
+            assert [x for x in got if x[1] != last] == [x for x in exact if x[1] != last]
+            with db.write():  # staged rows: added ones (with their times) and deleted ones are overlaid
+                for i in range(n, n + staged):
+                    mid = db.messages.insert(speaker="A", text=f"m{i}", at=day[i], session=None, source_id=None,
+                                             content_hash=bytes(32), created_at="x", vector=vecs[i])
+                    times[mid], live[mid] = day[i], vecs[i]
+                for mid in list(live)[:deleted]:
+                    db.messages.delete(mid)
+                    live.pop(mid)
+                assert db.messages.cached_nearest(q, k, allowed) == _brute(live, q, k, ok)
+            assert db.messages.cached_nearest(q, k, allowed) == _brute(live, q, k, ok)  # and once committed
+        finally:
+            db.close()
+
+
+def test_a_time_the_cache_cannot_compare_sends_time_windows_to_vec0(tmp_path):
+    """A stored time longer than any memsif writes (an edited file) cannot be held exactly beside
+    the cache: time windows are then answered by vec0 — the same messages, filtered as SQLite
+    compares text — while id sets and unfiltered searches stay in the cache."""
+    from memsif_lite.db.vector_cache import Allowed
+    from memsif_lite.filters import MessageFilter
+
+    db = _database(tmp_path / "m.db", 16)
+    try:
+        vecs = _unit(np.random.default_rng(5), 6, 16)
+        ids = _insert(db, vecs)
+        with db.write():
+            db.con.execute("UPDATE messages SET at='2024-01-01T00:00:00.000000+00:00 (edited)' WHERE id=?", (ids[2],))
+        db.vectors.invalidate()
+        window = Allowed(until="2024-01-01T00:00:00")
+        assert db.messages.cached_nearest(vecs[0], 10) is not None
+        assert db.messages.cached_nearest(vecs[0], 10, window) is None
+        assert db.messages.cached_nearest(vecs[0], 10, Allowed(ids=np.array(ids[:2]))) is not None
+        flt = MessageFilter.build(until="2024-01-01T00:00:00")
+        with db.read():
+            got = db.filters.dense(vecs[2], 10, flt)
+        assert sorted(got) == sorted(set(ids) - {ids[2]})  # the edited time sorts after the bound, as text
+    finally:
+        db.close()

@@ -58,7 +58,7 @@ class Database:
         self.clusters = Clusters(con)
         self.admin = Admin(con, self.caches)
         self.queue = Queue(con)
-        self.filters = Filtering(con)
+        self.filters = Filtering(con, self.messages, self.structure)
         self.tombstones = Tombstones(con)
         self.merge = MergeRows(con, self.caches)
         self.overview = Overview(con)

@@ -154,8 +154,10 @@ class CoreFacts(Table):
 
     def select(self, *, subject: str | None, ftype: str | None, include_superseded: bool,
                valid_at: str | None = None) -> list[CoreFact]:
-        """``valid_at``: only the facts valid at that (stored) time, superseded since or not."""
-        sql = "SELECT id, subject, type, stmt, valid_from, valid_to, superseded_by, origin FROM core_facts WHERE 1=1"
+        """``valid_at``: only the facts valid at that (stored) time, superseded since or not, as they
+        stood then: one superseded later was current, so it shows no end and no successor."""
+        then = "NULL, NULL" if valid_at is not None else "valid_to, superseded_by"
+        sql = f"SELECT id, subject, type, stmt, valid_from, {then}, origin FROM core_facts WHERE 1=1"
         args: list[Any] = []
         if valid_at is not None:
             sql += " AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)"
@@ -169,8 +171,17 @@ class CoreFacts(Table):
         if not include_superseded:
             sql += " AND valid_to IS NULL"
         rows = self.con.execute(sql + " ORDER BY valid_from, id", args).fetchall()
+        sources = self._sources([r[0] for r in rows])
         return [CoreFact(r[0], r[1], r[2], r[3], from_stored(r[4]), from_stored(r[5]) if r[5] else None, r[6],
-                         self.sources(r[0]), r[7]) for r in rows]
+                         tuple(sources.get(r[0], ())), r[7]) for r in rows]
+
+    def _sources(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        """fact id -> its source messages in order, for the given facts (one query per 500)."""
+        sources: dict[int, list[int]] = {}
+        for fid, mid in self.rows_in("SELECT fact_id, message_id FROM fact_sources WHERE fact_id IN ({marks}) "
+                                     "ORDER BY fact_id, message_id", ids):
+            sources.setdefault(fid, []).append(mid)
+        return sources
 
     def get(self, fid: int) -> CoreFact | None:
         return self.many([fid]).get(fid)
@@ -178,10 +189,7 @@ class CoreFacts(Table):
     def many(self, ids: Sequence[int]) -> dict[int, CoreFact]:
         """The facts with these ids that exist (two queries per 500 ids)."""
         ids = list(dict.fromkeys(ids))
-        sources: dict[int, list[int]] = {}
-        for fid, mid in self.rows_in("SELECT fact_id, message_id FROM fact_sources WHERE fact_id IN ({marks}) "
-                                     "ORDER BY fact_id, message_id", ids):
-            sources.setdefault(fid, []).append(mid)
+        sources = self._sources(ids)
         return {r[0]: CoreFact(r[0], r[1], r[2], r[3], from_stored(r[4]), from_stored(r[5]) if r[5] else None, r[6],
                                tuple(sources.get(r[0], ())), r[7])
                 for r in self.rows_in("SELECT id, subject, type, stmt, valid_from, valid_to, superseded_by, origin "

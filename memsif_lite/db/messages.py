@@ -14,10 +14,10 @@ from ..tokens import count_tokens
 from ..types import Message
 from .base import Table
 from .rows import MessageRow, from_i8
-from .vector_cache import VectorCache
+from .vector_cache import Allowed, VectorCache
 
-__all__ = ["Messages", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water", "ID_HIGH",
-           "malformed_times", "id_problems", "ID_LIMIT"]
+__all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
+           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT"]
 
 _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 
@@ -85,6 +85,21 @@ def malformed_times(con: Any) -> list[str]:
         if bad else []
 
 
+def cached_search(con: Any, cache: VectorCache, qvec: np.ndarray, depth: int,
+                  allowed: Allowed | None = None) -> list[tuple[int, float]] | None:
+    """``cache.search`` once the cache is brought up to the caller's read snapshot (one is begun
+    here when none is open), or None when it cannot answer (turned off, or unable to apply
+    ``allowed`` exactly): the caller asks vec0, which gives the same ranking."""
+    if not cache.usable():
+        return None
+    if con.get_autocommit():
+        with con:
+            cache.sync()
+    else:
+        cache.sync()
+    return cache.search(qvec, depth, allowed) if cache.usable(allowed) else None
+
+
 def _row(r: tuple) -> MessageRow:
     return MessageRow(*r)  # the columns of _COLS, in MessageRow's order
 
@@ -110,7 +125,7 @@ class Messages(Table):
              count_tokens(text) if tokens is None else tokens))
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
-        self.cache.stage_add(mid, code)
+        self.cache.stage_add(mid, code, at)
         index_fulltext(self.con, mid, speaker, text)
         return mid
 
@@ -157,15 +172,14 @@ class Messages(Table):
     def nearest(self, qvec: np.ndarray, depth: int) -> list[tuple[int, float]]:
         """(id, cosine distance) of the ``depth`` nearest messages: from the in-process cache
         (checked against the file first, in one read snapshot), else from vec0 — same ranking."""
-        if self.cache.usable():
-            if self.con.get_autocommit():
-                with self.con:
-                    self.cache.sync()
-            else:
-                self.cache.sync()
-            if self.cache.usable():
-                return self.cache.search(qvec, depth)
-        return self.knn("message_vec", qvec, depth)
+        hits = self.cached_nearest(qvec, depth)
+        return hits if hits is not None else self.knn("message_vec", qvec, depth)
+
+    def cached_nearest(self, qvec: np.ndarray, depth: int, allowed: Allowed | None = None
+                       ) -> list[tuple[int, float]] | None:
+        """:meth:`nearest` from the in-process cache, among the messages ``allowed`` admits when
+        given; None when the cache cannot answer (the caller asks vec0)."""
+        return cached_search(self.con, self.cache, qvec, depth, allowed)
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]

@@ -13,7 +13,8 @@ from ..int8 import quantize
 from ..timeutil import is_stored
 from .base import Table
 from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
-from .vector_cache import VectorCache
+from .messages import cached_search
+from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Structure", "UNIT_TABLES", "malformed_units"]
 
@@ -124,16 +125,15 @@ class Structure(Table):
     def dense(self, level: str, qvec: np.ndarray, depth: int) -> list[int]:
         """Nearest segments or trajectories: from the in-process cache (checked against the file
         first), else vec0 — same ranking."""
-        cache = self.caches[level]
-        if cache.usable():
-            if self.con.get_autocommit():
-                with self.con:
-                    cache.sync()
-            else:
-                cache.sync()
-            if cache.usable():
-                return [u for u, _ in cache.search(qvec, depth)]
-        return [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth)]
+        hits = self.cached_dense(level, qvec, depth)
+        return hits if hits is not None else [u for u, _ in self.knn(UNIT_TABLES[level][1], qvec, depth)]
+
+    def cached_dense(self, level: str, qvec: np.ndarray, depth: int,
+                     allowed: Allowed | None = None) -> list[int] | None:
+        """:meth:`dense` from the in-process cache (among the units ``allowed`` admits, when given);
+        None when it cannot answer."""
+        hits = cached_search(self.con, self.caches[level], qvec, depth, allowed)
+        return None if hits is None else [u for u, _ in hits]
 
     # -- segments ------------------------------------------------------------------------------
     def open_segment(self) -> Unit | None:

@@ -16,26 +16,61 @@ source of truth; the cache is a view of it that is checked before every query.
 * **Ranking** is sqlite-vec's, bit for bit: int8 codes, the query quantised the same way, exact
   integer dot products, cosine distance in double rounded to float32 (``int8.cosine_distances``),
   ties by id.
-* **Memory**: ``dim + 16`` bytes per vector (int8 codes, id, squared norm) — 40 MB for 100,000
-  messages of dimension 384 — plus one block of ``BLOCK × dim`` float32 scratch (1.5 MB) for the
-  blockwise dequantisation. Above ``MAX_BYTES`` the cache turns itself off and vec0 serves.
+* **Filtered search** (:class:`Allowed`): the message cache holds each message's time (its
+  stored text, ``TIME_BYTES`` bytes) beside its vector, so a time window (``since`` / ``until`` /
+  ``as_of``) is one vectorised comparison and an id set (speakers, sessions) one ``isin``; only
+  the rows that pass are ranked — the same ranking as vec0's KNN with ``rowid IN (...)``. A
+  message's time never changes in place (rows are only added and deleted), so it follows the
+  vectors' coherence rules. A cache holding a time it cannot compare exactly as SQLite would
+  (longer than ``TIME_BYTES``, not ASCII: a damaged file), or a vector without its message,
+  declines time windows and vec0 serves them.
+* **Memory**: ``dim + 16`` bytes per vector (int8 codes, id, squared norm), plus ``TIME_BYTES`` per
+  message — 43 MB for 100,000 messages of dimension 384 — plus one block of ``BLOCK × dim``
+  float32 scratch (1.5 MB) for the blockwise dequantisation. Above ``MAX_BYTES`` the cache turns
+  itself off and vec0 serves.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..int8 import cosine_distances, quantize
 
-__all__ = ["VectorCache", "MAX_BYTES", "BLOCK"]
+__all__ = ["VectorCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
 
 #: rows dequantised at a time (fits the CPU cache; larger blocks measured slower)
 BLOCK = 1024
 #: the most memory the cache may hold; a bigger file is searched through vec0 instead
 MAX_BYTES = 1 << 30
+#: bytes of a stored time held per message (``YYYY-MM-DDTHH:MM:SS.ffffff``, the longest one memsif writes)
+TIME_BYTES = 26
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The rows a filtered search may return: those whose message time (``messages.at``, the
+    stored text) lies within ``[since, until]`` (each bound optional, inclusive, compared as text as
+    SQLite does) and, when ``ids`` is given, whose id is one of ``ids``. Times only in the message
+    cache; a unit cache takes ``ids``."""
+
+    since: str | None = None
+    until: str | None = None
+    ids: np.ndarray | None = None
+
+    @property
+    def timed(self) -> bool:
+        return self.since is not None or self.until is not None
+
+    def admits(self, rid: int, at: str | None) -> bool:
+        """One row (staged in this process's transaction) by the same rule."""
+        if self.timed and (at is None or (self.since is not None and at < self.since)
+                           or (self.until is not None and at > self.until)):
+            return False
+        return self.ids is None or bool(np.isin(rid, self.ids))
 
 
 class VectorCache:
@@ -50,28 +85,31 @@ class VectorCache:
         self._codes = np.empty((0, dim), dtype=np.int8)
         self._ids = np.empty(0, dtype=np.int64)
         self._sq = np.empty(0, dtype=np.float64)
+        self._times = np.empty(0, dtype=f"S{TIME_BYTES}")  # message cache: each row's time (else unused)
+        self._timed = True              # every cached row's time is held exactly (see the module docstring)
         self._n = 0
         self._loaded = False
         self._disabled = False
         self._dv: int | None = None     # data_version at the last sync
         self._epoch = ""                # vector_epoch at the last sync (+ this process's bumps)
         self._hw = 0                    # every id <= _hw committed by others is in the cache
-        self._staged: list[tuple[str, int, np.ndarray | None]] = []
+        self._staged: list[tuple[str, int, np.ndarray | None, str | None]] = []
         self._scratch = np.empty((BLOCK, dim), dtype=np.float32)
         self._others = True
         self._in_txn = False            # inside this process's write transaction (begin .. commit/rollback)
         self._read_in_txn = False       # and rows were loaded during it
 
     # -- this process's writes --------------------------------------------------------------
-    def stage_add(self, mid: int, code: np.ndarray) -> None:
-        self._staged.append(("add", mid, code))
+    def stage_add(self, mid: int, code: np.ndarray, at: str) -> None:
+        """A message added, with its stored time."""
+        self._staged.append(("add", mid, code, at))
 
     def stage_delete(self, mid: int) -> None:
-        self._staged.append(("delete", mid, None))
+        self._staged.append(("delete", mid, None, None))
 
     def stage_set(self, rid: int, code: np.ndarray) -> None:
         """A row rewritten (or added: a unit cache does not track a high-water id)."""
-        self._staged.append(("set", rid, code))
+        self._staged.append(("set", rid, code, None))
 
     @property
     def has_staged(self) -> bool:
@@ -105,12 +143,14 @@ class VectorCache:
         if others and not self.append_only:
             self._reset()  # someone else rewrote rows too: reload at the next query
             return
-        for op, mid, code in staged:
+        for op, mid, code, when in staged:
             at = np.flatnonzero(self._ids[:self._n] == mid)
             if op == "delete":
                 for i in at[::-1]:  # swap with the last row (order does not matter: ranking sorts)
                     last = self._n - 1
                     self._codes[i], self._ids[i], self._sq[i] = self._codes[last], self._ids[last], self._sq[last]
+                    if self.append_only:
+                        self._times[i] = self._times[last]
                     self._n = last
                 if self.append_only:
                     self._epoch = str(int(self._epoch) + 1)
@@ -120,20 +160,24 @@ class VectorCache:
                 self._sq[at[0]] = _squared_norms(code[None, :])[0]
             else:
                 assert code is not None
-                self._append(np.array([mid], dtype=np.int64), code[None, :])
+                self._append(np.array([mid], dtype=np.int64), code[None, :], None if when is None else [when])
                 if not others:
                     self._hw = max(self._hw, mid)
-        if self.append_only and any(op == "delete" for op, _, _ in staged):
+        if self.append_only and any(op == "delete" for op, _, _, _ in staged):
             # a deleted newest id is free again (no AUTOINCREMENT): another process may reuse it,
             # so the high-water mark comes down to what is held (sync skips rows it already has)
             self._hw = min(self._hw, int(self._ids[:self._n].max(initial=0)))
 
     # -- reads -----------------------------------------------------------------------------
-    def usable(self) -> bool:
+    def usable(self, allowed: Allowed | None = None) -> bool:
         """Searchable now: nothing staged, or this process's staged writes on top of a cache that
         was current when their transaction began (nobody else can commit while it is open), which
-        ``search`` overlays exactly."""
-        return not self._disabled and (not self._staged or (self._loaded and not self._others))
+        ``search`` overlays exactly; with ``allowed``, also able to apply it exactly (a time window
+        needs every row's time: known only once loaded, so ask again after :meth:`sync`)."""
+        if self._disabled or (self._staged and (not self._loaded or self._others)):
+            return False
+        return allowed is None or not allowed.timed or (self.append_only and self._timed and all(
+            op != "add" or _time_code([when]) is not None for op, _, _, when in self._staged))
 
     def sync(self) -> None:
         """Bring the cache up to the caller's read snapshot (call inside one)."""
@@ -144,10 +188,12 @@ class VectorCache:
         present: set[int] = set()
         if not self._loaded or epoch != self._epoch or not self.append_only:
             self._reset()
-            cur = self.con.execute(f"SELECT rowid, embedding FROM {self.table}")
+            cur = self.con.execute(  # a vector without its message (a damaged file) reads no time
+                "SELECT v.rowid, v.embedding, m.at FROM message_vec v LEFT JOIN messages m ON m.id=v.rowid"
+                if self.append_only else f"SELECT rowid, embedding, NULL FROM {self.table}")
         else:
-            cur = self.con.execute("SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid=m.id "
-                                   "WHERE m.id > ?", (self._hw,))
+            cur = self.con.execute("SELECT m.id, v.embedding, m.at FROM messages m JOIN message_vec v "
+                                   "ON v.rowid=m.id WHERE m.id > ?", (self._hw,))
             present = set(self._ids[:self._n][self._ids[:self._n] > self._hw].tolist())
         while batch := list(itertools.islice(cur, 4096)):  # in batches: no large transient copy
             rows = [r for r in batch if r[0] not in present]
@@ -155,7 +201,7 @@ class VectorCache:
                 continue
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), self.dim)
-            self._append(ids, codes)
+            self._append(ids, codes, [r[2] for r in rows] if self.append_only else None)
             self._hw = max(self._hw, int(ids.max()))
         self._dv, self._epoch, self._loaded = dv, epoch, True
         self._read_in_txn = self._read_in_txn or self._in_txn
@@ -163,36 +209,54 @@ class VectorCache:
             self._disabled = True
             self._reset()
 
-    def search(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id; inside
+    def search(self, qvec: np.ndarray, k: int, allowed: Allowed | None = None) -> list[tuple[int, float]]:
+        """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id; only
+        among the rows ``allowed`` admits, when given (check :meth:`usable` with it first); inside
         this process's write transaction, with what it staged (rows set, added, deleted)."""
         qf = quantize(qvec).astype(np.float32)  # the query quantised as sqlite-vec does
+        rows = None if allowed is None else self._allowed_rows(allowed)
         if not self._staged:
-            return self._search_rows(qf, k)
-        latest: dict[int, np.ndarray | None] = {}
-        for op, rid, code in self._staged:
-            latest[rid] = None if op == "delete" else code
-        hits = [h for h in self._search_rows(qf, k + len(latest)) if h[0] not in latest]
-        live = [(rid, code) for rid, code in latest.items() if code is not None]
+            return self._search_rows(qf, k, rows)
+        latest: dict[int, tuple[np.ndarray | None, str | None]] = {}
+        for op, rid, code, when in self._staged:
+            latest[rid] = (None if op == "delete" else code, when)
+        hits = [h for h in self._search_rows(qf, k + len(latest), rows) if h[0] not in latest]
+        live = [(rid, code) for rid, (code, when) in latest.items()
+                if code is not None and (allowed is None or allowed.admits(rid, when))]
         if live and k > 0:
             codes = np.stack([c for _, c in live])
             dist = cosine_distances(codes.astype(np.float32) @ qf, _squared_norms(codes), float(qf @ qf))
             hits += [(rid, float(d)) for (rid, _), d in zip(live, dist, strict=True)]
         return sorted(hits, key=lambda h: (h[1], h[0]))[:k]
 
-    def _search_rows(self, qf: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The cached rows only; ``qf``: the quantised query as float32."""
+    def _allowed_rows(self, allowed: Allowed) -> np.ndarray:
+        """Positions of the cached rows ``allowed`` admits (one vectorised comparison per criterion)."""
         n = self._n
+        keep = np.ones(n, dtype=bool)
+        if allowed.since is not None:
+            keep &= self._times[:n] >= allowed.since.encode("ascii")
+        if allowed.until is not None:
+            keep &= self._times[:n] <= allowed.until.encode("ascii")
+        if allowed.ids is not None:
+            keep &= np.isin(self._ids[:n], allowed.ids)
+        return np.flatnonzero(keep)
+
+    def _search_rows(self, qf: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """The cached rows only (those at positions ``rows``, when given); ``qf``: the quantised
+        query as float32. Dot products of int8 codes are exact integers in float32, whichever rows
+        share a block: a subset ranks exactly as it does within the whole."""
+        n = self._n if rows is None else len(rows)
         if k <= 0 or n == 0:
             return []
         dots = np.empty(n, dtype=np.float32)
         for s in range(0, n, BLOCK):
             e = min(s + BLOCK, n)
             m = self._scratch[:e - s]
-            np.copyto(m, self._codes[s:e], casting="unsafe")
+            np.copyto(m, self._codes[s:e] if rows is None else self._codes[rows[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
-        dist = cosine_distances(dots, self._sq[:n], float(qf @ qf))
-        ids = self._ids[:n]
+        sq = self._sq[:n] if rows is None else self._sq[rows]
+        dist = cosine_distances(dots, sq, float(qf @ qf))
+        ids = self._ids[:n] if rows is None else self._ids[rows]
         if k < n:
             part = np.argpartition(dist, k - 1)[:k]
             cut = dist[part].max()
@@ -205,7 +269,7 @@ class VectorCache:
     @property
     def nbytes(self) -> int:
         """Memory held (allocated capacity of codes, ids and norms, plus the scratch block)."""
-        return self._codes.nbytes + self._ids.nbytes + self._sq.nbytes + self._scratch.nbytes
+        return self._codes.nbytes + self._ids.nbytes + self._sq.nbytes + self._times.nbytes + self._scratch.nbytes
 
     @property
     def size(self) -> int:
@@ -223,21 +287,45 @@ class VectorCache:
         self._codes = np.empty((0, self.dim), dtype=np.int8)
         self._ids = np.empty(0, dtype=np.int64)
         self._sq = np.empty(0, dtype=np.float64)
-        self._n, self._hw, self._loaded = 0, 0, False
+        self._times = np.empty(0, dtype=f"S{TIME_BYTES}")
+        self._n, self._hw, self._loaded, self._timed = 0, 0, False, True
 
-    def _append(self, ids: np.ndarray, codes: np.ndarray) -> None:
+    def _append(self, ids: np.ndarray, codes: np.ndarray, times: Sequence[Any] | None) -> None:
+        """Rows at the end; ``times``: their messages' stored times (message cache only)."""
         need = self._n + len(ids)
         if need > len(self._ids):
             cap = max(need, int(len(self._ids) * 1.25) + 256)
-            for name, shape, dt in (("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64),
-                                    ("_sq", (cap,), np.float64)):
+            arrays: list[tuple[str, tuple[int, ...], Any]] = [
+                ("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64), ("_sq", (cap,), np.float64)]
+            if self.append_only:
+                arrays.append(("_times", (cap,), np.dtype(f"S{TIME_BYTES}")))
+            for name, shape, dt in arrays:
                 new = np.empty(shape, dtype=dt)
                 new[:self._n] = getattr(self, name)[:self._n]
                 setattr(self, name, new)
         self._codes[self._n:need] = codes
         self._ids[self._n:need] = ids
         self._sq[self._n:need] = _squared_norms(codes)
+        if self.append_only:
+            held = _time_code(times) if times is not None else None
+            if held is None:  # a time that cannot be compared exactly here: time windows go to vec0
+                self._timed = False
+                self._times[self._n:need] = b""
+            else:
+                self._times[self._n:need] = held
         self._n = need
+
+
+def _time_code(times: Sequence[Any]) -> np.ndarray | None:
+    """Stored times as ``TIME_BYTES``-byte strings, whose byte order is SQLite's text order; None
+    when one cannot be held exactly (not text: a vector without its message; longer, not ASCII, or
+    holding NUL: not a time memsif wrote)."""
+    if not all(isinstance(t, str) for t in times):
+        return None
+    joined = "".join(times)
+    if not joined.isascii() or "\0" in joined or max(map(len, times), default=0) > TIME_BYTES:
+        return None
+    return np.array(times, dtype=f"S{TIME_BYTES}")
 
 
 def _squared_norms(codes: np.ndarray) -> np.ndarray:
