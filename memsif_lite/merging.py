@@ -388,7 +388,7 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
     rekeyed = 0
     for i, (m, existing) in enumerate(order):
         nid = base + 1 + i
-        db.merge.insert(nid, m, m.vector, m.content_hash)
+        db.merge.insert(nid, m, m.vector, m.content_hash, known_at=now, moved=m.id if existing else None)
         db.queue.push(StepKind.PLACE, nid, now)
         if not existing:
             continue

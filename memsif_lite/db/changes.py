@@ -27,6 +27,7 @@ from ..timeutil import from_stored, now_stored
 from ..types import Change
 from .base import Table
 from .facts import CoreFacts
+from .rewind import IMAGE_TABLES, Rewind, images, touched, watch
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
 
@@ -94,16 +95,31 @@ class ChangeLog(Table):
     def record(self, op: str, actor: str, *, purpose: str | None = None, summary: str | None = None,
                decision: str | None = None, undoes: int | None = None, origin: str | None = None,
                undoable: bool = False, **ids: Sequence[int]) -> Iterator[Journal]:
-        """Run the block as one change and log it (inside the caller's write transaction)."""
+        """Run the block as one change and log it (inside the caller's write transaction). The
+        outermost record of a transaction watches the derived tables (:mod:`.rewind`) and keeps
+        their before images; a ``forget`` keeps none, and erases the earlier images that hold what
+        it forgot."""
         mark = self.con.execute("SELECT coalesce(max(id), 0) FROM fact_history").fetchone()[0] if undoable else 0
         j = Journal(undoable, int(mark), summary=summary)
         for kind, values in ids.items():
             j.touch(kind, values)
+        session = watch(self.con) if not self._open else None
         self._open.append(j)
         try:
             yield j
+        except BaseException:
+            if session is not None:
+                session.close()
+            raise
         finally:
             self._open.pop()
+        before = None
+        if session is not None:
+            if op == "forget":
+                Rewind(self.con).erase(touched(session))
+            elif not j.skip:
+                before = json.dumps(images(self.con, session), separators=(",", ":"))
+            session.close()
         if j.skip:
             return
         undo = None
@@ -113,39 +129,39 @@ class ChangeLog(Table):
                                "history": added}, separators=(",", ":"))
         j.touch("facts", list(j.images))
         self.write(op, actor, purpose=purpose, summary=j.summary, ids=j.ids, undo=undo, decision=decision,
-                   undoes=undoes, origin=origin)
+                   undoes=undoes, origin=origin, before=before)
 
     def write(self, op: str, actor: str, *, ids: dict[str, list[int]], purpose: str | None = None,
               summary: str | None = None, undo: str | None = None, decision: str | None = None,
               undoes: int | None = None, origin: str | None = None, at: str | None = None,
-              uid: int | None = None) -> int:
+              uid: int | None = None, before: str | None = None) -> int:
         """Append one row (and its change_facts rows); returns its id. A new change gets a random
-        ``uid``; a copied one keeps its own."""
+        ``uid``; a copied one keeps its own (and no ``before`` images: they are of the other file)."""
         shown = {k: list(v) for k, v in ids.items() if v}
         self.con.execute(
-            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()))",
+            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid, before) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()), ?)",
             (at or now_stored(), actor, op, purpose, summary, json.dumps(shown, separators=(",", ":")), undo, decision,
-             undoes, origin, uid))
+             undoes, origin, uid, before))
         cid = int(self.con.last_insert_rowid())
         for fid in shown.get("facts", []):
             self.con.execute("INSERT OR IGNORE INTO change_facts(fact_id, change_id) VALUES(?,?)", (fid, cid))
         return cid
 
-    def note(self, op: str, actor: str, *, summary: str | None = None, **ids: Sequence[int]) -> int:
-        """A change that keeps no images (a placement, a promotion...): one row."""
-        return self.write(op, actor, summary=summary, ids={k: list(v) for k, v in ids.items()})
-
     def note_all(self, op: str, actor: str, *, summary: str) -> int:
-        """A change that brought in everything the file holds (an import): one row naming every
-        CoreFact, placed message, segment, trajectory and ActiveFact."""
+        """A change that brought in everything the file holds (an import into a fresh file): one
+        row naming every CoreFact, placed message, segment, trajectory and ActiveFact, with
+        before images saying none of them existed; the messages are learnt now."""
         q = self.con.execute
         ids = {"facts": [i for (i,) in q("SELECT id FROM core_facts ORDER BY id")],
                "messages": [i for (i,) in q("SELECT message_id FROM message_units ORDER BY message_id")],
                "segments": [i for (i,) in q("SELECT id FROM segments ORDER BY id")],
                "trajectories": [i for (i,) in q("SELECT id FROM trajectories ORDER BY id")],
                "active_facts": [i for (i,) in q("SELECT id FROM active_facts ORDER BY id")]}
-        return self.write(op, actor, summary=summary, ids=ids)
+        now = now_stored()
+        q("UPDATE messages SET known_at=?", (now,))
+        before = {t: [[list(k), None] for k in rows] for t, rows in Rewind(self.con).rows(IMAGE_TABLES).items()}
+        return self.write(op, actor, summary=summary, ids=ids, at=now, before=json.dumps(before, separators=(",", ":")))
 
     @property
     def journal(self) -> Journal | None:
