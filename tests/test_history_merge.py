@@ -51,7 +51,8 @@ def file_id(path: Path) -> str:
 
 def log_rows(path: Path) -> list[tuple]:
     with raw(path) as con:
-        return con.execute("SELECT id, at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid FROM change_log ORDER BY id").fetchall()
+        return con.execute("SELECT id, at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid "
+                           "FROM change_log ORDER BY id").fetchall()
 
 
 def texts(path: Path, ids) -> list[str]:

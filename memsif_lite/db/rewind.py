@@ -62,6 +62,7 @@ def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[A
         if ch.op == "UPDATE":
             where = " AND ".join(f"{c}=?" for c in _pk_names(con, ch.name))
             now = con.execute(f"SELECT * FROM {ch.name} WHERE {where}", pk).fetchone()
+            assert now is not None  # an update's row is there when the change ends
             old = [now[i] if v is apsw.no_change else v for i, v in enumerate(old)]
         out.setdefault(ch.name, []).append([pk, [_plain(v) for v in old]])
     return out
@@ -96,7 +97,8 @@ def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]
         if table not in IMAGE_TABLES or not isinstance(entries, list):
             continue
         for e in entries:
-            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and (e[1] is None or isinstance(e[1], list)):
+            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and (e[1] is None
+                                                                                   or isinstance(e[1], list)):
                 out.setdefault(table, []).append((tuple(e[0]), e[1]))
     return out
 
@@ -129,6 +131,14 @@ class Rewind(Table):
                     else:
                         rows[pk] = row
         return state
+
+    def named_at(self, known_at: str, tables: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`at`, each table's rows as ``{column: value}`` in primary key order."""
+        out = {}
+        for t, rows in self.at(known_at, tables).items():
+            cols = [r[1] for r in self.con.execute(f"PRAGMA table_info({t})")]
+            out[t] = [dict(zip(cols, rows[pk], strict=False)) for pk in sorted(rows)]
+        return out
 
     def erase(self, keys: dict[str, set[tuple[Any, ...]]]) -> int:
         """``forget``: the images that hold any of these rows go (the whole ``before`` of such a
