@@ -92,7 +92,11 @@ def _run(d: Path, embedder, server, steps) -> tuple[Path, list[tuple[str, Path]]
                     mem.forget(message_id=ids[step[1] % len(ids)])
                     first = i
             copy = d / f"at{i}.db"
-            mem.backup(copy)
+            if kind != "add_there":
+                mem.backup(copy)
+        if kind == "add_there":
+            with Memory(a, embedder=embedder, read_only=True) as mem:
+                mem.backup(copy)
         points.append((to_stored(now), copy))
     return a, points, first
 
