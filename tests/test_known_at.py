@@ -71,7 +71,7 @@ def _run(d: Path, embedder, server, steps) -> tuple[Path, list[tuple[str, Path]]
     for i, step in enumerate(steps):
         now = R0 + timedelta(minutes=i + 1)
         kind = step[0]
-        with record_clock(lambda: now), _open(b if kind == "add_there" else a, embedder, server,
+        with record_clock(lambda now=now: now), _open(b if kind == "add_there" else a, embedder, server,
                                               later=kind == "add_later") as mem:
             if kind in ("add", "add_later", "add_there"):
                 mem.add(step[1], SAYS[step[2]], at=T + timedelta(days=step[3], hours=i))
