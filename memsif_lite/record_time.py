@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import unicodedata
+from collections import Counter
 from typing import Any
 
 from .db import Database
@@ -105,14 +106,27 @@ def facts_known_at(db: Database, flt: MessageFilter, *, subject: str | None = No
     return out
 
 
+def _member_entities(then: State) -> dict[int, Counter[str]]:
+    """segment id -> the entity counts of its placed messages: a rewound segment's entities (its
+    image leaves them out, :data:`~memsif_lite.db.rewind.DERIVED`), as placing them counted."""
+    out: dict[int, Counter[str]] = {}
+    for u in then["message_units"]:
+        counts = out.setdefault(u["segment_id"], Counter())
+        ents = _json(u["entities"])
+        if isinstance(ents, list):
+            counts.update(e for e in ents if isinstance(e, str))
+    return out
+
+
 def segments_known_at(then: State) -> list[Segment]:
     """The Topical Segments of a rewound state, as :func:`~memsif_lite.segments.list_segments`."""
     members: dict[int, list[int]] = {}
     for u in then["message_units"]:
         members.setdefault(u["segment_id"], []).append(u["message_id"])
+    derived = _member_entities(then)
     out = []
     for r in then["segments"]:
-        counts = _counts(r["entities"])
+        counts = _counts(r["entities"]) if r["entities"] is not None else dict(derived.get(r["id"], Counter()))
         out.append(Segment(r["id"], r["trajectory_id"], tuple(sorted(members.get(r["id"], ()))),
                            from_stored(r["start_at"]), from_stored(r["end_at"]), tuple(sorted(counts)),
                            r["title"] or label(counts), bool(r["closed"])))
@@ -126,9 +140,16 @@ def trajectories_known_at(then: State, segments: list[Segment]) -> list[Trajecto
         if s.trajectory_id is not None:
             by_traj.setdefault(s.trajectory_id, []).append(s)
     out = []
+    derived = _member_entities(then)
     for r in then["trajectories"]:
         ss = by_traj.get(r["id"], [])
-        counts = _counts(r["entities"])
+        if r["entities"] is not None:
+            counts = _counts(r["entities"])
+        else:  # the sum of its segments' (as linking them added them up)
+            total: Counter[str] = Counter()
+            for seg in ss:
+                total.update(derived.get(seg.id, Counter()))
+            counts = dict(total)
         out.append(Trajectory(r["id"], tuple(s.id for s in ss), tuple(m for s in ss for m in s.message_ids),
                               from_stored(r["start_at"]), from_stored(r["end_at"]), tuple(sorted(counts)),
                               r["title"] or label(counts)))
@@ -155,9 +176,13 @@ def shown_as_then(db: Database, known_at: str, ids: list[int]) -> dict[int, dict
     return {r["id"]: r for r in Rewind(db.con).named_at(known_at, ["core_facts"])["core_facts"] if r["id"] in want}
 
 
-def _counts(raw: Any) -> dict[str, int]:
+def _json(raw: Any) -> Any:
     try:
-        d = json.loads(raw)
+        return json.loads(raw)
     except (TypeError, ValueError):
-        return {}
+        return None
+
+
+def _counts(raw: Any) -> dict[str, int]:
+    d = _json(raw)
     return d if isinstance(d, dict) else {}

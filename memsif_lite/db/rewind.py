@@ -7,8 +7,9 @@ of a transaction's nested records) watches the tables below with an SQLite *sess
 updated or deleted, with the values it had before. Those rows, as they were, are the change's
 ``before`` images (JSON, in ``change_log.before``): ``null`` for a row the change created, the
 whole row otherwise (BLOB columns — running vector sums — left out: a rewound segment or
-trajectory has no vector). Rewinding to record time K starts from the current rows and puts
-back, for every row a later change wrote, its image in the earliest such change: the state at K.
+trajectory has no vector; its entity counts, :data:`DERIVED`, are recomputed from its members).
+Rewinding to record time K starts from the current rows and puts back, for every row a later
+change wrote, its image in the earliest such change: the state at K.
 
 A change that keeps no images (a ``forget``, a change copied from another file, one logged
 before schema 13) cannot be rewound across; what it removed stays removed.
@@ -23,11 +24,16 @@ import apsw
 
 from .base import Table
 
-__all__ = ["IMAGE_TABLES", "watch", "images", "touched", "Rewind", "Rows"]
+__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "Rewind", "Rows"]
 
 #: the derived tables rewound, with their primary key columns (positions in the row)
 IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
                                             "trajectories": (0,), "message_units": (0,), "active_facts": (0,)}
+
+#: columns an image leaves out (``null``) because a rewind derives them: a segment's or trajectory's
+#: entity counts are those of its members' placements (``message_units.entities``) — they would
+#: otherwise be most of the log, re-imaged at every message placed
+DERIVED = {"segments": "entities", "trajectories": "entities"}
 
 #: table -> primary key -> row (a list, in column order); a table's rows at some record time
 Rows = dict[str, dict[tuple[Any, ...], list[Any]]]
@@ -59,12 +65,14 @@ def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[A
         assert ch.old is not None
         old = list(ch.old)
         pk = [old[i] for i in pk_cols]
+        cols = _columns(con, ch.name)
         if ch.op == "UPDATE":
-            where = " AND ".join(f"{c}=?" for c in _pk_names(con, ch.name))
+            where = " AND ".join(f"{cols[i]}=?" for i in pk_cols)
             now = con.execute(f"SELECT * FROM {ch.name} WHERE {where}", pk).fetchone()
             assert now is not None  # an update's row is there when the change ends
             old = [now[i] if v is apsw.no_change else v for i, v in enumerate(old)]
-        out.setdefault(ch.name, []).append([pk, [_plain(v) for v in old]])
+        row = [None if cols[i] == DERIVED.get(ch.name) else _plain(v) for i, v in enumerate(old)]
+        out.setdefault(ch.name, []).append([pk, row])
     return out
 
 
@@ -78,9 +86,8 @@ def touched(session: apsw.Session) -> dict[str, set[tuple[Any, ...]]]:
     return out
 
 
-def _pk_names(con: Any, table: str) -> list[str]:
-    cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
-    return [cols[i] for i in IMAGE_TABLES[table]]
+def _columns(con: Any, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
 def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
@@ -136,7 +143,7 @@ class Rewind(Table):
         """:meth:`at`, each table's rows as ``{column: value}`` in primary key order."""
         out = {}
         for t, rows in self.at(known_at, tables).items():
-            cols = [r[1] for r in self.con.execute(f"PRAGMA table_info({t})")]
+            cols = _columns(self.con, t)
             out[t] = [dict(zip(cols, rows[pk], strict=False)) for pk in sorted(rows)]
         return out
 
