@@ -34,9 +34,9 @@ State = dict[str, list[dict[str, Any]]]
 _TABLES = ("core_facts", "fact_sources", "segments", "trajectories", "message_units", "active_facts")
 
 
-def state(db: Database, known_at: str) -> State:
-    """The derived rows as they stood at record time ``known_at`` (stored form)."""
-    return Rewind(db.con).named_at(known_at, _TABLES)
+def state(db: Database, known_at: str, tables: tuple[str, ...] = _TABLES) -> State:
+    """The derived rows (of ``tables``) as they stood at record time ``known_at`` (stored form)."""
+    return Rewind(db.con).named_at(known_at, tables)
 
 
 def point(known_at: Any) -> str | None:
@@ -48,7 +48,7 @@ def point(known_at: Any) -> str | None:
 def segments(db: Database, known_at: Any) -> list[Segment]:
     """``Memory.segments``: now, or as the file held them at record time ``known_at``."""
     k = point(known_at)
-    return list_segments(db) if k is None else segments_known_at(state(db, k))
+    return list_segments(db) if k is None else segments_known_at(state(db, k, ("segments", "message_units")))
 
 
 def trajectories(db: Database, known_at: Any) -> tuple[list[Trajectory], list[Segment]]:
@@ -56,7 +56,7 @@ def trajectories(db: Database, known_at: Any) -> tuple[list[Trajectory], list[Se
     k = point(known_at)
     if k is None:
         return list_trajectories(db), list_segments(db)
-    then = state(db, k)
+    then = state(db, k, ("segments", "message_units", "trajectories"))
     segs = segments_known_at(then)
     return trajectories_known_at(then, segs), segs
 
@@ -64,7 +64,7 @@ def trajectories(db: Database, known_at: Any) -> tuple[list[Trajectory], list[Se
 def active_facts(db: Database, known_at: Any) -> list[ActiveFact]:
     """``Memory.active_facts``: now, or at record time ``known_at``."""
     k = point(known_at)
-    return db.clusters.list_active() if k is None else active_known_at(db, state(db, k))
+    return db.clusters.list_active() if k is None else active_known_at(db, state(db, k, ("active_facts",)))
 
 
 def _fold(name: str) -> str:
@@ -77,7 +77,7 @@ def facts_known_at(db: Database, flt: MessageFilter, *, subject: str | None = No
     and sources then; the other criteria of ``flt`` as :mod:`memsif_lite.filters` says (``as_of``:
     valid then, by the validity they had at ``known_at``)."""
     assert flt.known_at is not None
-    then = state(db, flt.known_at)
+    then = state(db, flt.known_at, ("core_facts", "fact_sources"))
     sources: dict[int, list[int]] = {}
     for r in then["fact_sources"]:
         sources.setdefault(r["fact_id"], []).append(r["message_id"])

@@ -90,24 +90,29 @@ def _columns(con: Any, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
-def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
-    """A ``before`` column read back (untrusted: a merge never copies it, but a file may be edited):
-    malformed entries are left out."""
-    try:
-        d = json.loads(raw)
-    except (TypeError, ValueError):
-        return {}
-    out: dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]] = {}
-    if not isinstance(d, dict):
-        return out
-    for table, entries in d.items():
-        if table not in IMAGE_TABLES or not isinstance(entries, list):
-            continue
-        for e in entries:
+def _entries(d: Any) -> list[tuple[tuple[Any, ...], list[Any] | None]]:
+    """One table's images read back (untrusted: a merge never copies them, but a file may be
+    edited): malformed entries are left out."""
+    if not isinstance(d, list):
+        return []
+    return [(tuple(e[0]), e[1]) for e in d
             if isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and (e[1] is None
-                                                                                   or isinstance(e[1], list)):
-                out.setdefault(table, []).append((tuple(e[0]), e[1]))
-    return out
+                                                                                   or isinstance(e[1], list))]
+
+
+def _loads(raw: Any) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
+    """A ``before`` column read back, table by table."""
+    d = _loads(raw)
+    if not isinstance(d, dict):
+        return {}
+    return {t: _entries(v) for t, v in d.items() if t in IMAGE_TABLES}
 
 
 class Rewind(Table):
@@ -123,16 +128,17 @@ class Rewind(Table):
         """The rows of ``tables`` as they stood at record time ``known_at``: the current ones with
         the images of every change made here after it put back, newest first (so the earliest
         change's image of a row wins)."""
-        tables = list(tables)
+        tables = [t for t in IMAGE_TABLES if t in set(tables)]
         state = self.rows(tables)
-        later = self.con.execute("SELECT before FROM change_log WHERE at > ? AND origin IS NULL AND before IS NOT NULL "
-                                 "ORDER BY id DESC", (known_at,))
-        for (raw,) in later:
-            for table, entries in parse(raw).items():
-                if table not in state:
+        parts = ", ".join(f"json_extract(before, '$.{t}')" for t in tables)  # only the tables asked for
+        later = self.con.execute(f"SELECT {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before IS NOT "
+                                 "NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
+        for raw in later:
+            for table, part in zip(tables, raw, strict=True):
+                if part is None:
                     continue
                 rows = state[table]
-                for pk, row in entries:
+                for pk, row in _entries(_loads(part)):
                     if row is None:
                         rows.pop(pk, None)
                     else:
