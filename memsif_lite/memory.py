@@ -123,6 +123,12 @@ class Memory:
         self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
         old.close()
 
+    def _filter(self, criteria: Criteria) -> MessageFilter | None:
+        flt = MessageFilter.build(**criteria)
+        if flt is not None and flt.known_at is not None:  # an old file read as it is has no record times
+            self._read(record_time.require, snapshot=False)
+        return flt
+
     # -- writing ---------------------------------------------------------------------------
     def add(self, speaker: str, text: str, *, at: Any = None, session: Any = None,
             source_id: str | None = None, skip_existing: bool = False) -> int:
@@ -181,7 +187,7 @@ class Memory:
         snapshot; filtered inside by ``speakers``, ``sessions``, ``since``, ``until``
         (:class:`~memsif_lite.filters.Criteria`)."""
         check_search(query, k, level)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         return self._read(lambda db: self._p.retriever.search(query, k=k, level=level, flt=flt))
 
     def get(self, message_id: int) -> Message:
@@ -193,7 +199,7 @@ class Memory:
 
     def messages(self, *, limit: int | None = None, offset: int = 0, **criteria: Unpack[Criteria]) -> list[Message]:
         """Messages in the order they were added, filtered, one page (``limit``/``offset``)."""
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         check_page(limit, offset)
         return self._read(lambda db: [to_message(r) for r in db.filters.messages(flt, limit, offset)])
 
@@ -232,7 +238,7 @@ class Memory:
         for name, value in (("subject", subject), ("type", type)):
             if value is not None:
                 check_text(value, name)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         if flt is not None and flt.known_at is not None:  # as the file held them then
             return self._read(lambda db: history.facts_as_of(record_time.facts_known_at(
                 db, flt, subject=subject, ftype=type, include_superseded=include_superseded), flt))
@@ -316,7 +322,7 @@ class Memory:
         open, so with one the facts and the evidence are read apart). Filters as in
         :meth:`search` and :meth:`facts`."""
         check_question(question, budget_tokens)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         return self._read(lambda db: self._p.query.context(question, budget_tokens, flt=flt),
                           snapshot=self._setup.llm is None)
 
@@ -327,7 +333,7 @@ class Memory:
         transaction, so a read-only Memory refuses it: use :meth:`context`). ``now`` fixes "today"
         for the answer prompt. Filters as in :meth:`context`."""
         check_question(question, budget_tokens)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         at = from_stored(to_stored(now)) if now is not None else (from_stored(flt.as_of) if flt and flt.as_of else None)
         with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at, flt)

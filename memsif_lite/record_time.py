@@ -17,16 +17,18 @@ import unicodedata
 from collections import Counter
 from typing import Any
 
+from . import store
 from .db import Database
 from .db.rewind import Rewind
+from .errors import MemoryFileError
 from .filters import MessageFilter
 from .segments import label, list_segments
 from .timeutil import from_stored
 from .trajectories import list_trajectories
 from .types import ActiveFact, CoreFact, Segment, Trajectory
 
-__all__ = ["State", "state", "point", "facts_known_at", "segments_known_at", "trajectories_known_at",
-           "active_known_at", "shown_as_then", "segments", "trajectories", "active_facts"]
+__all__ = ["State", "SCHEMA", "require", "state", "point", "facts_known_at", "segments_known_at",
+           "trajectories_known_at", "active_known_at", "shown_as_then", "segments", "trajectories", "active_facts"]
 
 #: table -> its rows then, as ``{column: value}``
 State = dict[str, list[dict[str, Any]]]
@@ -34,8 +36,20 @@ State = dict[str, list[dict[str, Any]]]
 _TABLES = ("core_facts", "fact_sources", "segments", "trajectories", "message_units", "active_facts")
 
 
+#: the schema that gave messages their record time and changes their before images
+SCHEMA = 13
+
+
+def require(db: Database) -> None:
+    """Refuse ``known_at`` on a file of an older schema (opened read-only, so not migrated)."""
+    if store.schema_version(db.con) < SCHEMA:
+        raise MemoryFileError(f"known_at needs a memory file of schema {SCHEMA} or later (record times); this "
+                                 "one is older: open it once for writing to upgrade it")
+
+
 def state(db: Database, known_at: str, tables: tuple[str, ...] = _TABLES) -> State:
     """The derived rows (of ``tables``) as they stood at record time ``known_at`` (stored form)."""
+    require(db)
     return Rewind(db.con).named_at(known_at, tables)
 
 

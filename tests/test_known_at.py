@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fakes import file_at_schema, raw
-from memsif_lite import Config, Evidence, InvalidInputError, Memory, store
+from memsif_lite import Config, Evidence, InvalidInputError, Memory, MemoryFileError, store
 from memsif_lite.timeutil import record_clock, to_stored
 from test_history_merge import MODEL, SAYS, deterministic_llm
 
@@ -164,6 +164,11 @@ def test_a_schema_12_file_migrates_its_record_times(tmp_path, embedder):
         con.execute("INSERT INTO change_log(at, actor, op, summary, ids, uid) VALUES('2025-05-05T10:00:00', 'rule', "
                     "'place', NULL, '{\"messages\":[1]}', 7)")
     con.close()
+    with Memory(path, embedder=embedder, read_only=True) as mem:  # read as it is: no record times yet
+        assert len(mem.messages()) == 1
+        for read in (lambda: mem.messages(known_at="2025-05-05"), lambda: mem.segments(known_at="2025-05-05")):
+            with pytest.raises(MemoryFileError, match="open it once for writing"):
+                read()
     with Memory(path, embedder=embedder) as mem:
         assert [m.text for m in mem.messages(known_at="2025-05-05T10:00:00")] == ["I live in Lisbon."]
         assert mem.messages(known_at="2025-05-05T09:59:59") == []
@@ -171,6 +176,22 @@ def test_a_schema_12_file_migrates_its_record_times(tmp_path, embedder):
         assert con.execute("PRAGMA user_version").fetchone()[0] >= 13
         assert con.execute("SELECT known_at FROM messages").fetchall() == [("2025-05-05T10:00:00",)]
         assert all(b is None for (b,) in con.execute("SELECT before FROM change_log"))
+
+
+def test_an_import_is_learnt_when_it_runs(tmp_path, embedder, llm_server):
+    """Everything an import loads is learnt at the import: nothing before it, all of it after."""
+    src, dest, export = tmp_path / "src.db", tmp_path / "dest.db", tmp_path / "x.jsonl"
+    with record_clock(lambda: R0), _open(src, embedder, llm_server) as mem:
+        mem.add("Ana", "I live in Lisbon.", at=T)
+        mem.add("Bob", "Did you watch the football match?", at=T + timedelta(days=3))
+        mem.export_to(export)
+    with record_clock(lambda: R0 + timedelta(days=1)), _open(dest, embedder, llm_server) as mem:
+        mem.import_from(export)
+        now = _state(mem)
+        assert now["facts"] and now["segments"]
+        assert _state(mem, to_stored(R0 + timedelta(days=1))) == now
+        assert _state(mem, to_stored(R0 + timedelta(hours=23))) == {
+            "messages": [], "facts": [], "segments": [], "trajectories": [], "active": []}
 
 
 def test_forget_keeps_no_image_of_what_it_forgot(tmp_path, embedder, llm_server):
