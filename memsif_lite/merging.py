@@ -275,10 +275,12 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         for h in sorted(other.tombstones - mine_tombs):
             db.tombstones.add(h, now)
         removed = 0
-        for m in remove:
-            if db.messages.exists(m.id):
-                forget_message(db, m.id, active_store)
-                removed += 1
+        with db.changes.forgetting() as erased:  # what the tombstones remove is not kept in the log either
+            for m in remove:
+                if db.messages.exists(m.id):
+                    forget_message(db, m.id, active_store)
+                    erased.append(m.id)
+                    removed += 1
         dirty = db.tombstones.dirty_from()
         times = [m.at for m in fresh] + [m.at for m in remove] + ([dirty] if dirty else [])
         start, placed = rebuild(db, min(times), fresh) if times else (None, [])

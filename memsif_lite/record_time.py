@@ -44,7 +44,7 @@ def require(db: Database) -> None:
     """Refuse ``known_at`` on a file of an older schema (opened read-only, so not migrated)."""
     if store.schema_version(db.con) < SCHEMA:
         raise MemoryFileError(f"known_at needs a memory file of schema {SCHEMA} or later (record times); this "
-                                 "one is older: open it once for writing to upgrade it")
+                              "one is older: open it once for writing to upgrade it")
 
 
 def state(db: Database, known_at: str, tables: tuple[str, ...] = _TABLES) -> State:

@@ -211,6 +211,24 @@ def test_forget_keeps_no_image_of_what_it_forgot(tmp_path, embedder, llm_server)
     assert "Lisbon" not in blob and "lisbon" not in blob
 
 
+def test_a_merge_keeps_no_image_of_what_the_other_file_forgot(tmp_path, embedder, llm_server):
+    """The other file forgot a message this one holds: the merge removes it, and no before image
+    of the merge (nor of earlier changes) keeps its text or what was derived from it."""
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    with _open(a, embedder, llm_server) as mem:
+        mid = mem.add("Ana", "I live in Lisbon.", at=T)
+        mem.add("Bob", "Did you watch the football match?", at=T + timedelta(days=3))
+        mem.backup(b)
+    with _open(b, embedder, llm_server) as other:
+        other.forget(message_id=mid)
+    with _open(a, embedder, llm_server) as mem:
+        assert mem.merge_from(b).removed_by_tombstones == 1
+        assert mem.facts() == []
+    with raw(a) as con:
+        blob = json.dumps(con.execute("SELECT before, summary, undo FROM change_log").fetchall())
+    assert "isbon" not in blob
+
+
 def test_record_clock_is_restored(tmp_path):
     from memsif_lite.timeutil import now_stored
 

@@ -89,6 +89,26 @@ class ChangeLog(Table):
     def __init__(self, con: Any):
         super().__init__(con)
         self._open: list[Journal] = []
+        #: rows a forget inside the open change touched: the change keeps no image of them
+        self._forgotten: dict[str, set[tuple[Any, ...]]] = {}
+
+    @contextlib.contextmanager
+    def forgetting(self) -> Iterator[list[int]]:
+        """The block forgets messages (a merge applying the other file's tombstones; it adds their
+        ids to the list it is given): the rows it writes hold what is forgotten, so earlier
+        changes' content about them is erased (:meth:`redact`, and their before images), and the
+        open change keeps no image of them."""
+        session = watch(self.con)
+        gone: list[int] = []
+        try:
+            yield gone
+            keys = touched(session)
+        finally:
+            session.close()
+        Rewind(self.con).erase(keys)
+        self.redact(facts=[pk[0] for pk in keys.get("core_facts", ())], messages=gone)
+        for table, pks in keys.items():
+            self._forgotten.setdefault(table, set()).update(pks)
 
     # -- recording ----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -110,6 +130,7 @@ class ChangeLog(Table):
         except BaseException:
             if session is not None:
                 session.close()
+                self._forgotten.clear()
             raise
         finally:
             self._open.pop()
@@ -118,8 +139,11 @@ class ChangeLog(Table):
             if op == "forget":
                 Rewind(self.con).erase(touched(session))
             elif not j.skip:
-                before = json.dumps(images(self.con, session), separators=(",", ":"))
+                kept = {t: [e for e in entries if tuple(e[0]) not in self._forgotten.get(t, ())]
+                        for t, entries in images(self.con, session).items()}
+                before = json.dumps({t: e for t, e in kept.items() if e}, separators=(",", ":"))
             session.close()
+            self._forgotten.clear()
         if j.skip:
             return
         undo = None
