@@ -6,7 +6,9 @@ A change is recorded by the code that makes it, in the same transaction, through
 each fact's row, sources and (when rewritten) vector as they were before the change (its *before
 image*), and the ``fact_history`` rows it added. The log row is written when the block ends
 without an error (an error rolls the whole transaction back, the log row never existed).
-Records nest: a CoreFact step that runs inside a merge records its own row.
+Records nest: a CoreFact step that runs inside a merge records its own row. The outermost record
+of a transaction also keeps the before images of every derived row the change wrote (its
+``before`` column, :mod:`.rewind`), which ``known_at`` reads rewind with.
 
 :meth:`ChangeLog.restore` takes one change back from its images; :mod:`memsif_lite.history` decides
 which changes to take back. ``forget`` keeps no images, and :meth:`ChangeLog.redact` erases the
