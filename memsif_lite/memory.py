@@ -334,6 +334,7 @@ class Memory:
         for the answer prompt. Filters as in :meth:`context`."""
         check_question(question, budget_tokens)
         flt = self._filter(criteria)
-        at = from_stored(to_stored(now)) if now is not None else (from_stored(flt.as_of) if flt and flt.as_of else None)
+        then = flt and (flt.as_of or flt.known_at)  # "today" for the answer: the time asked about
+        at = from_stored(to_stored(now)) if now is not None else (from_stored(then) if then else None)
         with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at, flt)
