@@ -38,10 +38,11 @@ def _clock(hour: int):
     return record_clock(lambda: R0 + timedelta(hours=hour))
 
 
-def run(n: int, workdir: Path, ingest_only: bool) -> dict:
+def run(n: int, workdir: Path, ingest_only: bool, n_queries: int | None = None) -> dict:
     from memsif_lite import Config, Memory
 
     msgs, V, index, queries = generate(n)
+    queries = queries[:n_queries]
     for i in range(5, n, 10):
         msgs[i]["text"] = statement(i)
     emb = TableEmbedder(V, index)
@@ -89,10 +90,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--ingest-only", action="store_true")
+    ap.add_argument("--queries", type=int, default=None, help="use only the first N queries")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        res = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), **run(args.messages, Path(d), args.ingest_only)}
+        res = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), **run(args.messages, Path(d), args.ingest_only,
+                                                                                args.queries)}
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:
