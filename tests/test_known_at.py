@@ -101,7 +101,7 @@ def _run(d: Path, embedder, server, steps) -> tuple[Path, list[tuple[str, Path]]
     return a, points, first
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=st.lists(STEP, min_size=3, max_size=9))
 @example(steps=[("add", "Ana", 0, 1), ("add_there", "Ana", 1, 40), ("add_later", "Bob", 6, 3),
                 ("accumulate", 0), ("accumulate", 1), ("merge",), ("process",), ("undo", 0), ("add", "Ana", 6, 60),
