@@ -147,17 +147,18 @@ class ActiveFactStore:
         row = clusters.active_of(cid)
         if not is_promoted(src, qry, self.theta_s, self.theta_q) and (row is None or withdraw):
             if row:
-                clusters.delete_active(row[0])
-                self.db.changes.note("active.withdraw", "rule", active_facts=[row[0]])
+                with self.db.changes.record("active.withdraw", "rule", active_facts=[row[0]]):
+                    clusters.delete_active(row[0])
             return None
         stmt, vec = self._central_statement(cid)
         if row is None:
-            aid = clusters.promote(cid, clusters.subject(cid), stmt, vec, now)
-            self.db.changes.note("active.promote", "rule", active_facts=[aid])
+            with self.db.changes.record("active.promote", "rule") as change:
+                aid = clusters.promote(cid, clusters.subject(cid), stmt, vec, now)
+                change.touch("active_facts", [aid])
             return aid
         if row[1] != stmt:
-            clusters.restate(row[0], stmt, vec, now)
-            self.db.changes.note("active.restate", "rule", active_facts=[row[0]])
+            with self.db.changes.record("active.restate", "rule", active_facts=[row[0]]):
+                clusters.restate(row[0], stmt, vec, now)
         return row[0]
 
     def forget_message(self, mid: int) -> None:

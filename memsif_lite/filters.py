@@ -21,6 +21,12 @@ docs/history.md): only messages said by then; of the CoreFacts, those valid then
 before it, and not yet superseded — a fact superseded later is current as of that time); of the
 ActiveFacts, those with a source message said by then.
 
+``known_at`` is a point in *record time* (when memsif learnt things: the local clock at ``add``, at
+the ``import`` or ``merge`` that brought them): only messages learnt by then; the CoreFacts and
+ActiveFacts the file held then (rewound from the change log's before images by
+:mod:`memsif_lite.record_time`; the rankings of ``context`` / ``ask`` consider those among the
+facts still stored, created by then and not superseded by then).
+
 Each given criterion must hold (AND); within ``speakers`` or ``sessions`` any value may match (OR).
 """
 
@@ -85,6 +91,7 @@ class Criteria(TypedDict, total=False):
     since: Any
     until: Any
     as_of: Any
+    known_at: Any
 
 
 @dataclass(frozen=True)
@@ -97,18 +104,19 @@ class MessageFilter:
     since: str | None = None
     until: str | None = None
     as_of: str | None = None
+    known_at: str | None = None
 
     @classmethod
     def build(cls, *, speakers: Names = None, sessions: Names = None, since: Any = None,
-              until: Any = None, as_of: Any = None) -> "MessageFilter | None":
+              until: Any = None, as_of: Any = None, known_at: Any = None) -> "MessageFilter | None":
         """The filter, or ``None`` when nothing is filtered. Bad values raise InvalidInputError."""
         if isinstance(speakers, int) and not isinstance(speakers, bool):
             raise InvalidInputError("speakers must be a string or a sequence of strings")
         f = cls(_names(speakers, "speakers"), _names(sessions, "sessions"), _bound(since, False), _bound(until, True),
-                _bound(as_of, True))
+                _bound(as_of, True), _bound(known_at, True))
         if f.since is not None and f.until is not None and f.since > f.until:
             raise InvalidInputError(f"since ({f.since}) is after until ({f.until})")
-        return f if (f.speakers or f.sessions or f.since or f.until or f.as_of) else None
+        return f if (f.speakers or f.sessions or f.since or f.until or f.as_of or f.known_at) else None
 
     def describe(self) -> str:
         """``speaker Ana or Bo, session 2, since 2024-05-01T00:00:00`` (for messages to people)."""
@@ -123,4 +131,6 @@ class MessageFilter:
             parts.append(f"until {self.until}")
         if self.as_of:
             parts.append(f"as of {self.as_of}")
+        if self.known_at:
+            parts.append(f"known at {self.known_at}")
         return ", ".join(parts)

@@ -115,10 +115,9 @@ def _take_back(db: Database, plan: Sequence[Change], actor: str, *, skip: int | 
     """Restore each change of ``plan`` (newest first) and log its ``undo`` row (but ``skip``'s: a
     merge copies the other file's own row for it)."""
     for c in plan:
-        touched = db.changes.restore(c.id) if c.origin is None else []
-        if c.id != skip:
-            db.changes.write("undo", actor, ids={"facts": touched}, undoes=c.id,
-                             summary=f"undo of change {c.id} ({c.op})")
+        with db.changes.record("undo", actor, undoes=c.id, summary=f"undo of change {c.id} ({c.op})") as change:
+            change.touch("facts", db.changes.restore(c.id) if c.origin is None else [])
+            change.skip = c.id == skip
 
 
 # -- merges carry the log (docs/history.md, "Merges") ------------------------------------------------

@@ -47,7 +47,8 @@ INSTRUCTIONS = f"""memsif is a long-term memory of past conversations, kept in o
 - Store new conversation turns with `remember` (speaker, text, time), as they happen.
 - `search` finds raw messages; `facts` lists the facts extracted so far (with their history);
   `ask` answers a question directly from memory; `history` says what changed memory's facts, when and
-  who decided it ("since when do you think I live in Porto?"); `as_of` reads memory as it stood then.
+  who decided it ("since when do you think I live in Porto?"); `as_of` reads memory as it stood then;
+  `known_at` as this file held it then (before a later import or merge taught it more).
 {DATA_NOTE}"""
 
 
@@ -78,6 +79,9 @@ Until = Annotated[str | None, Field(description="Only messages at or before this
                                                 "its end).")]
 AsOf = Annotated[str | None, Field(description="Answer as memory stood at this time: only messages said by then, "
                                                "facts valid then (ISO 8601; a date alone: its end).")]
+KnownAt = Annotated[str | None, Field(description="Answer as this memory file held things at this time (when it "
+                                                  "learnt them, not when they were said): only messages learnt by "
+                                                  "then, facts as they were then (ISO 8601; a date alone: its end).")]
 
 
 @contextlib.contextmanager
@@ -196,10 +200,10 @@ def build_server(mem: Memory, *, allow_forget: bool = False, allow_undo: bool = 
 
     def context(question: Question, budget_tokens: Budget = 2000, speakers: Speakers = None,
                 sessions: Sessions = None, since: Since = None, until: Until = None,
-                as_of: AsOf = None) -> dict[str, Any]:
+                as_of: AsOf = None, known_at: KnownAt = None) -> dict[str, Any]:
         with _as_tool_errors():
             c = mem.context(question, budget_tokens=budget_tokens, speakers=speakers, sessions=sessions, since=since,
-                            until=until, as_of=as_of)
+                            until=until, as_of=as_of, known_at=known_at)
         return {"context": c.text, "facts": to_jsonable(c.facts), "evidence": to_jsonable(c.evidence),
                 "sufficient": c.sufficient, "tokens": c.tokens, "message_ids": list(c.message_ids)}
 
@@ -219,12 +223,12 @@ def build_server(mem: Memory, *, allow_forget: bool = False, allow_undo: bool = 
               fact_id: Annotated[int | None, Field(
                   description="Give an id to get that one fact's history of changes instead.")] = None,
               sessions: Sessions = None, since: Since = None, until: Until = None,
-              as_of: AsOf = None) -> dict[str, Any]:
+              as_of: AsOf = None, known_at: KnownAt = None) -> dict[str, Any]:
         with _as_tool_errors():
             if fact_id is not None:
                 return {"fact_id": fact_id, "history": to_jsonable(mem.fact_history(fact_id))}
             found = mem.facts(subject=subject, type=type, include_superseded=include_superseded, sessions=sessions,
-                              since=since, until=until, as_of=as_of)
+                              since=since, until=until, as_of=as_of, known_at=known_at)
         return {"facts": to_jsonable(found)}
 
     def history(fact_id: Annotated[int | None, Field(description="Only changes that touched this fact.")] = None,

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from . import history, pipelines, store
+from . import history, pipelines, record_time, store
 from .active_facts import Evidence
 from .checks import check_id, check_page, check_question, check_search, check_text
 from .config import Config
@@ -21,9 +21,9 @@ from .keys import KeyLike, as_key
 from .llm import ModelHealth, require_litellm
 from .merging import MergeReport, merge_file
 from .query import Answer, Context
-from .segments import BoundaryJudge, list_segments
+from .segments import BoundaryJudge
 from .timeutil import from_stored, to_stored
-from .trajectories import TrajectoryJudge, list_trajectories
+from .trajectories import TrajectoryJudge
 from .types import (ActiveFact, Added, CandidateCluster, Change, CoreFact, FactEvent, Message, SearchResult, Segment,
                     Trajectory, UndoReport)
 from .view import ViewPage, view_page
@@ -123,6 +123,12 @@ class Memory:
         self._p, self._processor = pipelines.wire(self._db, self._setup, self._health, self._mode, self.read_only)
         old.close()
 
+    def _filter(self, criteria: Criteria) -> MessageFilter | None:
+        flt = MessageFilter.build(**criteria)
+        if flt is not None and flt.known_at is not None:  # an old file read as it is has no record times
+            self._read(record_time.require, snapshot=False)
+        return flt
+
     # -- writing ---------------------------------------------------------------------------
     def add(self, speaker: str, text: str, *, at: Any = None, session: Any = None,
             source_id: str | None = None, skip_existing: bool = False) -> int:
@@ -181,7 +187,7 @@ class Memory:
         snapshot; filtered inside by ``speakers``, ``sessions``, ``since``, ``until``
         (:class:`~memsif_lite.filters.Criteria`)."""
         check_search(query, k, level)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         return self._read(lambda db: self._p.retriever.search(query, k=k, level=level, flt=flt))
 
     def get(self, message_id: int) -> Message:
@@ -193,19 +199,23 @@ class Memory:
 
     def messages(self, *, limit: int | None = None, offset: int = 0, **criteria: Unpack[Criteria]) -> list[Message]:
         """Messages in the order they were added, filtered, one page (``limit``/``offset``)."""
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         check_page(limit, offset)
         return self._read(lambda db: [to_message(r) for r in db.filters.messages(flt, limit, offset)])
 
-    def segments(self, *, as_of: Any = None) -> list[Segment]:
+    def segments(self, *, as_of: Any = None, known_at: Any = None) -> list[Segment]:
         """All Topical Segments in order, with their messages, span, entities and a label; ``as_of``:
-        as they stood at that (valid) time (:func:`~memsif_lite.history.segments_as_of`)."""
-        return self._read(lambda db: history.segments_as_of(db, list_segments(db), as_of))
+        as they stood at that (valid) time (:func:`~memsif_lite.history.segments_as_of`); ``known_at``:
+        as the file held them at that record time (:mod:`~memsif_lite.record_time`)."""
+        return self._read(lambda db: history.segments_as_of(db, record_time.segments(db, known_at), as_of))
 
-    def trajectories(self, *, as_of: Any = None) -> list[Trajectory]:
-        """All Event Trajectories, with their segments and messages in order (``as_of``: as :meth:`segments`)."""
-        return self._read(lambda db: history.trajectories_as_of(
-            list_trajectories(db), history.segments_as_of(db, list_segments(db), as_of)))
+    def trajectories(self, *, as_of: Any = None, known_at: Any = None) -> list[Trajectory]:
+        """All Event Trajectories, with their segments and messages in order (``as_of``, ``known_at``: as
+        :meth:`segments`)."""
+        def read(db: Database) -> list[Trajectory]:
+            trajs, segs = record_time.trajectories(db, known_at)
+            return history.trajectories_as_of(trajs, history.segments_as_of(db, segs, as_of))
+        return self._read(read)
 
     def stats(self) -> dict[str, int]:
         """Counts of everything in the file."""
@@ -228,7 +238,10 @@ class Memory:
         for name, value in (("subject", subject), ("type", type)):
             if value is not None:
                 check_text(value, name)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
+        if flt is not None and flt.known_at is not None:  # as the file held them then
+            return self._read(lambda db: history.facts_as_of(record_time.facts_known_at(
+                db, flt, subject=subject, ftype=type, include_superseded=include_superseded), flt))
         as_of = flt.as_of if flt is not None else None  # as_of: those valid then, superseded since or not
         return self._read(lambda db: db.filters.only_facts(db.facts.select(
             subject=subject, ftype=type, include_superseded=include_superseded or bool(as_of), valid_at=as_of), flt))
@@ -255,9 +268,10 @@ class Memory:
         with self._session("undo") as db:
             return history.undo(db, change_id)
 
-    def active_facts(self) -> list[ActiveFact]:
-        """Promoted ActiveFacts with provenance and the queries that triggered them."""
-        return self._read(lambda db: db.clusters.list_active())
+    def active_facts(self, *, known_at: Any = None) -> list[ActiveFact]:
+        """Promoted ActiveFacts with provenance and the queries that triggered them (``known_at``: those
+        the file held at that record time, with their statement then)."""
+        return self._read(lambda db: record_time.active_facts(db, known_at))
 
     def candidates(self) -> list[CandidateCluster]:
         """All candidate clusters C_k with their statements, queries, sources and scores."""
@@ -307,7 +321,7 @@ class Memory:
         open, so with one the facts and the evidence are read apart). Filters as in
         :meth:`search` and :meth:`facts`."""
         check_question(question, budget_tokens)
-        flt = MessageFilter.build(**criteria)
+        flt = self._filter(criteria)
         return self._read(lambda db: self._p.query.context(question, budget_tokens, flt=flt),
                           snapshot=self._setup.llm is None)
 
@@ -318,7 +332,8 @@ class Memory:
         transaction, so a read-only Memory refuses it: use :meth:`context`). ``now`` fixes "today"
         for the answer prompt. Filters as in :meth:`context`."""
         check_question(question, budget_tokens)
-        flt = MessageFilter.build(**criteria)
-        at = from_stored(to_stored(now)) if now is not None else (from_stored(flt.as_of) if flt and flt.as_of else None)
+        flt = self._filter(criteria)
+        then = flt and (flt.as_of or flt.known_at)  # "today" for the answer: the time asked about
+        at = from_stored(to_stored(now)) if now is not None else (from_stored(then) if then else None)
         with self._session("ask"):
             return self._p.query.ask(question, budget_tokens, at, flt)

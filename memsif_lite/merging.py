@@ -275,10 +275,12 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
         for h in sorted(other.tombstones - mine_tombs):
             db.tombstones.add(h, now)
         removed = 0
-        for m in remove:
-            if db.messages.exists(m.id):
-                forget_message(db, m.id, active_store)
-                removed += 1
+        with db.changes.forgetting() as erased:  # what the tombstones remove is not kept in the log either
+            for m in remove:
+                if db.messages.exists(m.id):
+                    forget_message(db, m.id, active_store)
+                    erased.append(m.id)
+                    removed += 1
         dirty = db.tombstones.dirty_from()
         times = [m.at for m in fresh] + [m.at for m in remove] + ([dirty] if dirty else [])
         start, placed = rebuild(db, min(times), fresh) if times else (None, [])
@@ -388,7 +390,7 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
     rekeyed = 0
     for i, (m, existing) in enumerate(order):
         nid = base + 1 + i
-        db.merge.insert(nid, m, m.vector, m.content_hash)
+        db.merge.insert(nid, m, m.vector, m.content_hash, known_at=now, moved=m.id if existing else None)
         db.queue.push(StepKind.PLACE, nid, now)
         if not existing:
             continue

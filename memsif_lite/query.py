@@ -18,6 +18,7 @@ Offline rules (no LLM, or the LLM failed):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime
 from typing import Callable, Iterable, Sequence
@@ -33,6 +34,7 @@ from .errors import NotFoundError
 from .filters import MessageFilter
 from .llm import LLM
 from .offline_evidence import offline_evidence, query_words, with_replies
+from .record_time import shown_as_then
 from .rendering import assemble
 from .retrieval import Retriever
 from .timeutil import day_label, from_stored, local_time, to_stored
@@ -107,17 +109,26 @@ class QueryPipeline:
                       + [(1.0 - dist, "active", fid) for fid, dist in near_active], key=lambda n: (-n[0], n[1], n[2]))
         while near:
             shown = [n for n in near if n[0] >= near[0][0] - FACT_MARGIN][:MAX_FACTS]
-            items = self._fact_items(shown, as_of=flt is not None and flt.as_of is not None)
+            items = self._fact_items(shown, as_of=flt is not None and flt.as_of is not None,
+                                     known_at=flt.known_at if flt is not None else None)
             if len(items) == len(shown):
                 return items
             found = {(f.kind, f.id) for f in items}
             near = [n for n in near if n not in shown or (n[1], n[2]) in found]
         return []
 
-    def _fact_items(self, near: list[tuple[float, str, int]], *, as_of: bool) -> list[FactItem]:
+    def _fact_items(self, near: list[tuple[float, str, int]], *, as_of: bool,
+                    known_at: str | None = None) -> list[FactItem]:
         """``near`` (score, kind, id) as FactItems, in that order, leaving out those not found; with
-        ``as_of``, a CoreFact valid then is current then (docs/history.md)."""
+        ``as_of``, a CoreFact valid then is current then; with ``known_at``, a CoreFact has the
+        wording and validity the file held at that record time (docs/history.md)."""
         core = self.db.facts.many([fid for _, kind, fid in near if kind == "core"])
+        if known_at is not None:
+            then = shown_as_then(self.db, known_at, list(core))
+            core = {fid: dataclasses.replace(
+                f, stmt=r["stmt"], valid_from=from_stored(r["valid_from"]),
+                valid_to=from_stored(r["valid_to"]) if r["valid_to"] else None) for fid, f in core.items()
+                if (r := then.get(fid)) is not None}
         active = self.db.clusters.active_many([fid for _, kind, fid in near if kind == "active"])
         items = []
         for score, kind, fid in near:

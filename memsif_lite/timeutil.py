@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterator
 
 from .errors import InvalidInputError, StorageCorruptError
 
 __all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "is_stored", "parse_locomo_date", "now_stored",
-           "day_label", "relative_notes", "stated_times"]
+           "record_clock", "day_label", "relative_notes", "stated_times"]
 
 _LOCOMO = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE
@@ -95,8 +97,28 @@ def is_stored(s: object) -> bool:
     return dt.tzinfo is None and dt.isoformat(timespec="microseconds" if dt.microsecond else "seconds") == s
 
 
+def _system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+#: the record clock: what ``now_stored`` reads (:func:`record_clock` replaces it)
+_clock: list[Callable[[], datetime]] = [_system_clock]
+
+
 def now_stored() -> str:
-    return to_stored(datetime.now(timezone.utc))
+    """Record time now (the local clock, stored UTC): when memsif learns or changes something."""
+    return to_stored(_clock[-1]())
+
+
+@contextlib.contextmanager
+def record_clock(clock: Callable[[], datetime]) -> Iterator[None]:
+    """Read record time from ``clock`` instead of the system clock while the block runs (tests
+    step a clock instead of sleeping; a tool replaying a journal can give its own times)."""
+    _clock.append(clock)
+    try:
+        yield
+    finally:
+        _clock.remove(clock)
 
 
 def parse_locomo_date(s: str) -> datetime:

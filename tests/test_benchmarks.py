@@ -179,3 +179,15 @@ def test_encryption_benchmark_reports_both_files(tmp_path):
     text = out.read_text()
     assert text == r.stdout and "add_ms_p50" in text and "context_ms_p50" in text and "target:" in text
     assert not list(tmp_path.glob("*.db"))
+
+
+@pytest.mark.slow
+def test_known_at_benchmark_shape(tmp_path):
+    out = tmp_path / "known_at.json"
+    _run(str(ROOT / "benchmarks" / "known_at.py"), "--messages", "1100", "--queries", "2", "--out", str(out),
+         cwd=tmp_path)
+    res = json.loads(out.read_text())
+    assert res["messages"] == 1100 and res["known_at_half"] == "2026-01-01T00:30:00"
+    assert 0 < res["before_image_bytes_per_1000_messages"] < res["log_bytes_per_1000_messages"]
+    assert {r: set(v) for r, v in res["reads"].items()} == {
+        r: {"current_ms_p50", "known_at_ms_p50", "ratio"} for r in ("facts", "segments", "context")}

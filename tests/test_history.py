@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from fakes import file_at_schema, raw
 from memsif_lite import Config, Memory, prompts, store
 from memsif_lite.errors import InvalidInputError, NotFoundError
+from memsif_lite.timeutil import now_stored
 
 CITIES = ["Lisbon", "Porto", "Madrid", "Berlin", "Oslo"]
 
@@ -266,6 +267,7 @@ def test_log_and_undo_from_the_command_line(tmp_path, embedder):
     with Memory(db, embedder=embedder) as mem:
         _ana(mem)
         add = mem.changes(op="fact")[0]
+    learnt = now_stored()
     run = CliRunner().invoke
     out = run(main, ["log", "--db", str(db), "--op", "fact"])
     assert out.exit_code == 0 and "fact.supersede by rule: Ana: Ana lives in Porto" in out.output
@@ -278,6 +280,12 @@ def test_log_and_undo_from_the_command_line(tmp_path, embedder):
     assert done["dry_run"] is False and [c["op"] for c in done["undone"]] == ["fact.supersede", "fact.add"]
     again = run(main, ["undo", str(add.id), "--db", str(db)])
     assert again.exit_code == 1 and "undone already" in again.output and "Traceback" not in again.output
+    then = json.loads(run(main, ["facts", "--db", str(db), "--known-at", learnt, "--all",
+                                 "--json"]).output)  # record time: as the file held them before the undo
+    assert len(then["facts"]) == 3  # the undo took back two of them since
+    assert json.loads(run(main, ["facts", "--db", str(db), "--known-at", learnt, "--active", "--json"]).output) == {
+        "active_facts": []}
+    assert run(main, ["messages", "--db", str(db), "--known-at", "tomorrow"]).exit_code == 1
     run(main, ["forget", "--db", str(db), "--message", "2"])
     forget_id = json.loads(run(main, ["log", "--db", str(db), "--op", "forget", "--json"]).output)["changes"][0]["id"]
     refused = run(main, ["undo", str(forget_id), "--db", str(db)])

@@ -136,7 +136,7 @@ def test_reading_methods_take_their_filters_one_way(memory, method):
     params = inspect.signature(getattr(Memory, method)).parameters
     assert "criteria" in params and not {"speakers", "sessions", "since", "until"} & set(params)
     src = inspect.getsource(getattr(Memory, method))
-    assert "MessageFilter.build(**criteria)" in src
+    assert "self._filter(criteria)" in src and "MessageFilter.build(**criteria)" in inspect.getsource(Memory._filter)
     args = ("What?",) if method in ("search", "context", "ask") else ()
     with pytest.raises(TypeError):
         getattr(mem, method)(*args, speaker="Sam")

@@ -156,6 +156,9 @@ def test_history_answers_since_when_and_undo_only_with_allow_undo(tmp_path):
         out["then"] = payload(await client.call_tool("facts", {"subject": "Ana", "as_of": "2024-01-15"}))
         out["ctx_then"] = payload(await client.call_tool("context", {"question": "Where does Ana live?",
                                                                      "as_of": "2024-01-15"}))
+        out["known_then"] = payload(await client.call_tool("facts", {"known_at": "2000-01-01"}))  # learnt later
+        out["ctx_known"] = payload(await client.call_tool("context", {"question": "Where does Ana live?",
+                                                                      "known_at": "2000-01-01"}))
         add = payload(await client.call_tool("history", {"op": "fact.add"}))["changes"][0]
         out["dry"] = payload(await client.call_tool("undo", {"change_id": add["id"], "dry_run": True}))
         out["undo"] = payload(await client.call_tool("undo", {"change_id": add["id"]}))
@@ -172,6 +175,7 @@ def test_history_answers_since_when_and_undo_only_with_allow_undo(tmp_path):
     assert sup["op"] == "fact.supersede" and sup["actor"] == "rule" and sup["ids"]["messages"] == [3]
     assert [f["stmt"] for f in out["then"]["facts"]] == ["Ana lives in Lisbon"]
     assert "Lisbon" in out["ctx_then"]["context"] and "Porto" not in out["ctx_then"]["context"]
+    assert out["known_then"]["facts"] == [] and "Lisbon" not in out["ctx_known"]["context"]
     assert [c["op"] for c in out["dry"]["undone"]] == ["fact.supersede", "fact.add"]
     assert out["undo"]["dry_run"] is False and out["after"]["facts"] == []
     assert out["again"].is_error and "undone already" in out["again"].content[0].text

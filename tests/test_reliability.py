@@ -385,8 +385,10 @@ def _full_state(path):
     tables = ["messages", "segments", "trajectories", "message_units", "core_facts", "fact_sources", "fact_history",
               "candidate_clusters", "cluster_statements", "cluster_evidence", "cluster_queries", "active_facts",
               "llm_calls"]
-    with raw(path) as con:
-        out = {t: con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in tables}
+    with raw(path) as con:  # a message's record time is when this file learnt it (an import: when it ran)
+        cols = {t: ", ".join(r[1] for r in con.execute(f"PRAGMA table_info({t})") if r[1] != "known_at")
+                for t in tables}
+        out = {t: con.execute(f"SELECT {cols[t]} FROM {t} ORDER BY rowid").fetchall() for t in tables}
         for v in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec"):
             out[v] = con.execute(f"SELECT rowid, embedding FROM {v} ORDER BY rowid").fetchall()
     return out

@@ -79,14 +79,14 @@ key_file_options = _options(_memory_location, key_options(KEY))
 
 
 def filter_options(f: F) -> F:
-    """``--speaker``, ``--session``, ``--since``, ``--until`` and ``--as-of``; the command receives them as
-    ``filters``, the keyword arguments of the Python API (validated there)."""
+    """``--speaker``, ``--session``, ``--since``, ``--until``, ``--as-of`` and ``--known-at``; the command
+    receives them as ``filters``, the keyword arguments of the Python API (validated there)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, speakers: tuple[str, ...], sessions: tuple[str, ...], since: str | None,
-                until: str | None, as_of: str | None, **kwargs: Any) -> Any:
+                until: str | None, as_of: str | None, known_at: str | None, **kwargs: Any) -> Any:
         filters = {"speakers": list(speakers) or None, "sessions": list(sessions) or None, "since": since,
-                   "until": until, "as_of": as_of}
+                   "until": until, "as_of": as_of, "known_at": known_at}
         return f(*args, filters=filters, **kwargs)
 
     return _options(
@@ -100,6 +100,9 @@ def filter_options(f: F) -> F:
         click.option("--as-of", "as_of", default=None,
                      help="As memory stood at this time (valid time): messages said by then, facts valid then "
                           "(ISO 8601; a date alone: its end)."),
+        click.option("--known-at", "known_at", default=None,
+                     help="As this file held memory at this time (record time: when memsif learnt it): messages "
+                          "learnt by then, facts as they were then (ISO 8601; a date alone: its end)."),
     )(cast(F, wrapper))
 
 

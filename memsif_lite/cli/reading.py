@@ -121,11 +121,11 @@ def facts(db: str, config: str | None, subject: str | None, ftype: str | None, i
           active: bool, filters: dict[str, Any]) -> dict[str, Any]:
     """List CoreFacts as a table, or ActiveFacts with --active. Filters: --speaker is the subject;
     --session/--since/--until select facts with a source message there."""
-    if active and any(filters.values()):
+    if active and any(v for k, v in filters.items() if k != "known_at"):
         raise click.UsageError("--speaker/--session/--since/--until/--as-of filter CoreFacts, not --active")
     with open_memory(db, config, read_only=True) as mem:
         if active:
-            return {"active_facts": mem.active_facts()}
+            return {"active_facts": mem.active_facts(known_at=filters["known_at"])}
         return {"facts": mem.facts(subject=subject, type=ftype, include_superseded=include_superseded, **filters)}
 
 

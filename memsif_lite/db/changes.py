@@ -6,7 +6,9 @@ A change is recorded by the code that makes it, in the same transaction, through
 each fact's row, sources and (when rewritten) vector as they were before the change (its *before
 image*), and the ``fact_history`` rows it added. The log row is written when the block ends
 without an error (an error rolls the whole transaction back, the log row never existed).
-Records nest: a CoreFact step that runs inside a merge records its own row.
+Records nest: a CoreFact step that runs inside a merge records its own row. The outermost record
+of a transaction also keeps the before images of every derived row the change wrote (its
+``before`` column, :mod:`.rewind`), which ``known_at`` reads rewind with.
 
 :meth:`ChangeLog.restore` takes one change back from its images; :mod:`memsif_lite.history` decides
 which changes to take back. ``forget`` keeps no images, and :meth:`ChangeLog.redact` erases the
@@ -27,6 +29,7 @@ from ..timeutil import from_stored, now_stored
 from ..types import Change
 from .base import Table
 from .facts import CoreFacts
+from .rewind import IMAGE_TABLES, Rewind, images, touched, watch
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
 
@@ -88,22 +91,61 @@ class ChangeLog(Table):
     def __init__(self, con: Any):
         super().__init__(con)
         self._open: list[Journal] = []
+        #: rows a forget inside the open change touched: the change keeps no image of them
+        self._forgotten: dict[str, set[tuple[Any, ...]]] = {}
+
+    @contextlib.contextmanager
+    def forgetting(self) -> Iterator[list[int]]:
+        """The block forgets messages (a merge applying the other file's tombstones; it adds their
+        ids to the list it is given): the rows it writes hold what is forgotten, so earlier
+        changes' content about them is erased (:meth:`redact`, and their before images), and the
+        open change keeps no image of them."""
+        session = watch(self.con)
+        gone: list[int] = []
+        try:
+            yield gone
+            keys = touched(session)
+        finally:
+            session.close()
+        Rewind(self.con).erase(keys)
+        self.redact(facts=[pk[0] for pk in keys.get("core_facts", ())], messages=gone)
+        for table, pks in keys.items():
+            self._forgotten.setdefault(table, set()).update(pks)
 
     # -- recording ----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def record(self, op: str, actor: str, *, purpose: str | None = None, summary: str | None = None,
                decision: str | None = None, undoes: int | None = None, origin: str | None = None,
                undoable: bool = False, **ids: Sequence[int]) -> Iterator[Journal]:
-        """Run the block as one change and log it (inside the caller's write transaction)."""
+        """Run the block as one change and log it (inside the caller's write transaction). The
+        outermost record of a transaction watches the derived tables (:mod:`.rewind`) and keeps
+        their before images; a ``forget`` keeps none, and erases the earlier images that hold what
+        it forgot."""
         mark = self.con.execute("SELECT coalesce(max(id), 0) FROM fact_history").fetchone()[0] if undoable else 0
         j = Journal(undoable, int(mark), summary=summary)
         for kind, values in ids.items():
             j.touch(kind, values)
+        session = watch(self.con) if not self._open else None
         self._open.append(j)
         try:
             yield j
+        except BaseException:
+            if session is not None:
+                session.close()
+                self._forgotten.clear()
+            raise
         finally:
             self._open.pop()
+        before = None
+        if session is not None:
+            if op == "forget":
+                Rewind(self.con).erase(touched(session))
+            elif not j.skip:
+                kept = {t: [e for e in entries if tuple(e[0]) not in self._forgotten.get(t, ())]
+                        for t, entries in images(self.con, session).items()}
+                before = json.dumps({t: e for t, e in kept.items() if e}, separators=(",", ":"))
+            session.close()
+            self._forgotten.clear()
         if j.skip:
             return
         undo = None
@@ -113,39 +155,39 @@ class ChangeLog(Table):
                                "history": added}, separators=(",", ":"))
         j.touch("facts", list(j.images))
         self.write(op, actor, purpose=purpose, summary=j.summary, ids=j.ids, undo=undo, decision=decision,
-                   undoes=undoes, origin=origin)
+                   undoes=undoes, origin=origin, before=before)
 
     def write(self, op: str, actor: str, *, ids: dict[str, list[int]], purpose: str | None = None,
               summary: str | None = None, undo: str | None = None, decision: str | None = None,
               undoes: int | None = None, origin: str | None = None, at: str | None = None,
-              uid: int | None = None) -> int:
+              uid: int | None = None, before: str | None = None) -> int:
         """Append one row (and its change_facts rows); returns its id. A new change gets a random
-        ``uid``; a copied one keeps its own."""
+        ``uid``; a copied one keeps its own (and no ``before`` images: they are of the other file)."""
         shown = {k: list(v) for k, v in ids.items() if v}
         self.con.execute(
-            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()))",
+            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid, before) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()), ?)",
             (at or now_stored(), actor, op, purpose, summary, json.dumps(shown, separators=(",", ":")), undo, decision,
-             undoes, origin, uid))
+             undoes, origin, uid, before))
         cid = int(self.con.last_insert_rowid())
         for fid in shown.get("facts", []):
             self.con.execute("INSERT OR IGNORE INTO change_facts(fact_id, change_id) VALUES(?,?)", (fid, cid))
         return cid
 
-    def note(self, op: str, actor: str, *, summary: str | None = None, **ids: Sequence[int]) -> int:
-        """A change that keeps no images (a placement, a promotion...): one row."""
-        return self.write(op, actor, summary=summary, ids={k: list(v) for k, v in ids.items()})
-
     def note_all(self, op: str, actor: str, *, summary: str) -> int:
-        """A change that brought in everything the file holds (an import): one row naming every
-        CoreFact, placed message, segment, trajectory and ActiveFact."""
+        """A change that brought in everything the file holds (an import into a fresh file): one
+        row naming every CoreFact, placed message, segment, trajectory and ActiveFact, with
+        before images saying none of them existed; the messages are learnt now."""
         q = self.con.execute
         ids = {"facts": [i for (i,) in q("SELECT id FROM core_facts ORDER BY id")],
                "messages": [i for (i,) in q("SELECT message_id FROM message_units ORDER BY message_id")],
                "segments": [i for (i,) in q("SELECT id FROM segments ORDER BY id")],
                "trajectories": [i for (i,) in q("SELECT id FROM trajectories ORDER BY id")],
                "active_facts": [i for (i,) in q("SELECT id FROM active_facts ORDER BY id")]}
-        return self.write(op, actor, summary=summary, ids=ids)
+        now = now_stored()
+        q("UPDATE messages SET known_at=?", (now,))
+        before = {t: [[list(k), None] for k in rows] for t, rows in Rewind(self.con).rows(IMAGE_TABLES).items()}
+        return self.write(op, actor, summary=summary, ids=ids, at=now, before=json.dumps(before, separators=(",", ":")))
 
     @property
     def journal(self) -> Journal | None:

@@ -65,6 +65,9 @@ def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True,
     if as_of and f.as_of is not None:
         where.append(f"{alias}.at <= ?")
         args.append(f.as_of)
+    if f.known_at is not None:  # record time: learnt by then
+        where.append(f"{alias}.known_at <= ?")
+        args.append(f.known_at)
     return where, args
 
 
@@ -103,6 +106,9 @@ def _fact_sql(f: MessageFilter, table: str, sources: str) -> tuple[str, list[Any
     if f.as_of is not None and core:  # valid then (docs/history.md)
         where.append("x.valid_from <= ? AND (x.valid_to IS NULL OR x.valid_to > ?)")
         args += [f.as_of, f.as_of]
+    if f.known_at is not None:  # held then: made by then (shown as it stood then: memsif_lite.record_time)
+        where.append("x.created_at <= ?")
+        args.append(f.known_at)
     return f"SELECT x.id FROM {table} x WHERE " + (" AND ".join(where) or "1"), args
 
 

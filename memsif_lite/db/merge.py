@@ -175,12 +175,15 @@ class MergeRows(Table):
         """The highest message id this file ever used (ids are never reused: sql/0010)."""
         return high_water(self.con, "messages")
 
-    def insert(self, mid: int, m: FullMessage, vector: bytes, content_hash: bytes) -> None:
-        """A message under a given id, with its vector and full-text row."""
+    def insert(self, mid: int, m: FullMessage, vector: bytes, content_hash: bytes, *, known_at: str,
+               moved: int | None = None) -> None:
+        """A message under a given id, with its vector and full-text row; learnt at ``known_at``,
+        or when message ``moved`` was (a message placed again under a new id)."""
         self.con.execute(
-            "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min) "
-            "VALUES(?,?,?,?,?,?,?,?,?)", (mid, m.speaker, m.text, m.at, m.session, m.source_id, content_hash,
-                                          m.created_at, m.utc_offset_min))
+            "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
+            "known_at) VALUES(?,?,?,?,?,?,?,?,?, coalesce((SELECT known_at FROM messages WHERE id=?), ?))",
+            (mid, m.speaker, m.text, m.at, m.session, m.source_id, content_hash, m.created_at, m.utc_offset_min, moved,
+             known_at))
         code = quantize(np.frombuffer(vector, dtype=np.float32))
         self.con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(m.text), mid))
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))

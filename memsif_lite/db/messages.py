@@ -116,12 +116,13 @@ class Messages(Table):
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
                content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None,
                tokens: int | None = None) -> int:
-        """The message row (with its UTC offset and token count), its int8 vector and its full-text row."""
+        """The message row (with its UTC offset and token count; learnt at ``created_at``: its record
+        time), its int8 vector and its full-text row."""
         mid = next_id(self.con, "messages")
         self.con.execute(
-            "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
-            "tokens) VALUES(?,?,?,?,?,?,?,?,?,?)",
-            (mid, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min,
+            "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, known_at, "
+            "utc_offset_min, tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+            (mid, speaker, text, at, session, source_id, content_hash, created_at, created_at, utc_offset_min,
              count_tokens(text) if tokens is None else tokens))
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))

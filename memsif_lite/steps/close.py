@@ -37,11 +37,11 @@ class Close(SegmentStep[Closing]):
         title, trajectory = decision
         state = tools.db.structure.segment_state(sid)
         if state is not None and state[1] is None:
-            if title:
-                tools.db.structure.set_segment_title(sid, title)
-            tid = tools.trajectories.apply(sid, trajectory)
             judge = tools.llm.model if tools.llm is not None and trajectory.candidates else None
-            tools.db.changes.note("link", f"llm:{judge}" if judge else "rule", segments=[sid], trajectories=[tid])
+            with tools.db.changes.record("link", f"llm:{judge}" if judge else "rule", segments=[sid]) as change:
+                if title:
+                    tools.db.structure.set_segment_title(sid, title)
+                change.touch("trajectories", [tools.trajectories.apply(sid, trajectory)])
             tools.db.queue.push(StepKind.EXTRACT, row.message_id, now_stored(), segment_id=sid)
 
     @staticmethod

@@ -39,10 +39,10 @@ class Place(Step[Placing]):
         return Placing(msg.id, vec, ents, msg.at, decision)
 
     def apply(self, tools: Tools, row: QueuedStep, p: Placing) -> None:
-        closed = tools.segments.apply(p.message_id, p.vec, p.ents, p.at, p.decision)
-        sid = tools.db.structure.segment_of_message(p.message_id)
         judge = tools.llm.model if tools.llm is not None and p.decision.decision.startswith("judge_") else None
-        tools.db.changes.note("place", f"llm:{judge}" if judge else "rule", messages=[p.message_id],
-                              segments=[sid] if sid is not None else [])
+        with tools.db.changes.record("place", f"llm:{judge}" if judge else "rule", messages=[p.message_id]) as change:
+            closed = tools.segments.apply(p.message_id, p.vec, p.ents, p.at, p.decision)
+            sid = tools.db.structure.segment_of_message(p.message_id)
+            change.touch("segments", [sid] if sid is not None else [])
         if closed is not None:
             tools.db.queue.push(StepKind.CLOSE, p.message_id, now_stored(), segment_id=closed)

@@ -1,0 +1,164 @@
+"""Before images of derived rows, and the derived state rewound to a record time (``known_at``;
+docs/history.md, "Two clocks").
+
+A change (:meth:`ChangeLog.record <memsif_lite.db.changes.ChangeLog.record>`, the outermost one
+of a transaction's nested records) watches the tables below with an SQLite *session*
+(``apsw.Session``): when it ends, the session's changeset names every row the change inserted,
+updated or deleted, with the values it had before. Those rows, as they were, are the change's
+``before`` images (JSON, in ``change_log.before``): ``null`` for a row the change created, the
+whole row otherwise (BLOB columns — running vector sums — left out: a rewound segment or
+trajectory has no vector; its entity counts, :data:`DERIVED`, are recomputed from its members).
+Rewinding to record time K starts from the current rows and puts back, for every row a later
+change wrote, its image in the earliest such change: the state at K.
+
+A change that keeps no images (a ``forget``, a change copied from another file, one logged
+before schema 13) cannot be rewound across; what it removed stays removed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import apsw
+
+from .base import Table
+
+__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "Rewind", "Rows"]
+
+#: the derived tables rewound, with their primary key columns (positions in the row)
+IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
+                                            "trajectories": (0,), "message_units": (0,), "active_facts": (0,)}
+
+#: columns an image leaves out (``null``) because a rewind derives them: a segment's or trajectory's
+#: entity counts are those of its members' placements (``message_units.entities``) — they would
+#: otherwise be most of the log, re-imaged at every message placed
+DERIVED = {"segments": "entities", "trajectories": "entities"}
+
+#: table -> primary key -> row (a list, in column order); a table's rows at some record time
+Rows = dict[str, dict[tuple[Any, ...], list[Any]]]
+
+
+def watch(con: apsw.Connection) -> apsw.Session:
+    """A session recording every change to :data:`IMAGE_TABLES` from now on."""
+    s = apsw.Session(con, "main")
+    for t in IMAGE_TABLES:
+        s.attach(t)
+    return s
+
+
+def _plain(v: Any) -> Any:
+    return None if isinstance(v, bytes) else v
+
+
+def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[Any]]]:
+    """The before images of what ``session`` saw: table -> [[primary key, row or null], ...]. An
+    update's changeset holds the old values of the columns it changed; the others are read from
+    the row as it is now (unchanged by the change, so as they were)."""
+    out: dict[str, list[list[Any]]] = {}
+    for ch in apsw.Changeset.iter(session.changeset()):
+        pk_cols = IMAGE_TABLES[ch.name]
+        if ch.op == "INSERT":
+            assert ch.new is not None
+            out.setdefault(ch.name, []).append([[ch.new[i] for i in pk_cols], None])
+            continue
+        assert ch.old is not None
+        old = list(ch.old)
+        pk = [old[i] for i in pk_cols]
+        cols = _columns(con, ch.name)
+        if ch.op == "UPDATE":
+            where = " AND ".join(f"{cols[i]}=?" for i in pk_cols)
+            now = con.execute(f"SELECT * FROM {ch.name} WHERE {where}", pk).fetchone()
+            assert now is not None  # an update's row is there when the change ends
+            old = [now[i] if v is apsw.no_change else v for i, v in enumerate(old)]
+        row = [None if cols[i] == DERIVED.get(ch.name) else _plain(v) for i, v in enumerate(old)]
+        out.setdefault(ch.name, []).append([pk, row])
+    return out
+
+
+def touched(session: apsw.Session) -> dict[str, set[tuple[Any, ...]]]:
+    """table -> primary keys of the rows ``session`` saw written."""
+    out: dict[str, set[tuple[Any, ...]]] = {}
+    for ch in apsw.Changeset.iter(session.changeset()):
+        row = ch.new if ch.op == "INSERT" else ch.old
+        assert row is not None
+        out.setdefault(ch.name, set()).add(tuple(row[i] for i in IMAGE_TABLES[ch.name]))
+    return out
+
+
+def _columns(con: Any, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+
+
+def _entries(d: Any) -> list[tuple[tuple[Any, ...], list[Any] | None]]:
+    """One table's images read back (untrusted: a merge never copies them, but a file may be
+    edited): malformed entries are left out."""
+    if not isinstance(d, list):
+        return []
+    return [(tuple(e[0]), e[1]) for e in d
+            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and (e[1] is None
+                                                                                   or isinstance(e[1], list))]
+
+
+def _loads(raw: Any) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
+    """A ``before`` column read back, table by table."""
+    d = _loads(raw)
+    if not isinstance(d, dict):
+        return {}
+    return {t: _entries(v) for t, v in d.items() if t in IMAGE_TABLES}
+
+
+class Rewind(Table):
+    def rows(self, tables: Iterable[str]) -> Rows:
+        """The current rows of ``tables``, by primary key."""
+        out: Rows = {}
+        for t in tables:
+            pk = IMAGE_TABLES[t]
+            out[t] = {tuple(r[i] for i in pk): [_plain(v) for v in r] for r in self.con.execute(f"SELECT * FROM {t}")}
+        return out
+
+    def at(self, known_at: str, tables: Iterable[str]) -> Rows:
+        """The rows of ``tables`` as they stood at record time ``known_at``: the current ones with
+        the images of every change made here after it put back, newest first (so the earliest
+        change's image of a row wins)."""
+        tables = [t for t in IMAGE_TABLES if t in set(tables)]
+        state = self.rows(tables)
+        parts = ", ".join(f"json_extract(before, '$.{t}')" for t in tables)  # only the tables asked for
+        later = self.con.execute(f"SELECT {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before IS NOT "
+                                 "NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
+        for raw in later:
+            for table, part in zip(tables, raw, strict=True):
+                if part is None:
+                    continue
+                rows = state[table]
+                for pk, row in _entries(_loads(part)):
+                    if row is None:
+                        rows.pop(pk, None)
+                    else:
+                        rows[pk] = row
+        return state
+
+    def named_at(self, known_at: str, tables: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`at`, each table's rows as ``{column: value}`` in primary key order."""
+        out = {}
+        for t, rows in self.at(known_at, tables).items():
+            cols = _columns(self.con, t)
+            out[t] = [dict(zip(cols, rows[pk], strict=False)) for pk in sorted(rows)]
+        return out
+
+    def erase(self, keys: dict[str, set[tuple[Any, ...]]]) -> int:
+        """``forget``: the images that hold any of these rows go (the whole ``before`` of such a
+        change: what is forgotten is not kept). Returns the changes erased."""
+        n = 0
+        for cid, raw in self.con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
+            if any(pk in keys.get(t, ()) for t, entries in parse(raw).items() for pk, _ in entries):
+                self.con.execute("UPDATE change_log SET before=NULL WHERE id=?", (cid,))
+                n += 1
+        return n
