@@ -240,8 +240,8 @@ class Memory:
                 check_text(value, name)
         flt = self._filter(criteria)
         if flt is not None and flt.known_at is not None:  # as the file held them then
-            return self._read(lambda db: history.facts_as_of(record_time.facts_known_at(
-                db, flt, subject=subject, ftype=type, include_superseded=include_superseded), flt))
+            return self._read(lambda db: record_time.facts_known_at(
+                db, flt, subject=subject, ftype=type, include_superseded=include_superseded))
         as_of = flt.as_of if flt is not None else None  # as_of: those valid then, superseded since or not
         return self._read(lambda db: db.filters.only_facts(db.facts.select(
             subject=subject, ftype=type, include_superseded=include_superseded or bool(as_of), valid_at=as_of), flt))

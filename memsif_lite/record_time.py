@@ -89,7 +89,7 @@ def facts_known_at(db: Database, flt: MessageFilter, *, subject: str | None = No
                    include_superseded: bool = False) -> list[CoreFact]:
     """``Memory.facts(known_at=...)``: the CoreFacts the file held then, with their wording, validity
     and sources then; the other criteria of ``flt`` as :mod:`memsif_lite.filters` says (``as_of``:
-    valid then, by the validity they had at ``known_at``)."""
+    valid then, by the validity they had at ``known_at``, and shown as current then)."""
     assert flt.known_at is not None
     then = state(db, flt.known_at, ("core_facts", "fact_sources"))
     sources: dict[int, list[int]] = {}
@@ -113,9 +113,10 @@ def facts_known_at(db: Database, flt: MessageFilter, *, subject: str | None = No
         mids = tuple(sorted(sources.get(r["id"], ())))
         if per_source and not db.filters.keep(list(mids), by_messages):
             continue
+        now = flt.as_of is None  # as_of: current then, so no end and no successor
         out.append(CoreFact(r["id"], r["subject"], r["type"], r["stmt"], from_stored(r["valid_from"]),
-                            from_stored(r["valid_to"]) if r["valid_to"] else None, r["superseded_by"], mids,
-                            r["origin"]))
+                            from_stored(r["valid_to"]) if now and r["valid_to"] else None,
+                            r["superseded_by"] if now else None, mids, r["origin"]))
     out.sort(key=lambda f: (f.valid_from, f.id))
     return out
 

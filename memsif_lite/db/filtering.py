@@ -136,9 +136,9 @@ class Filtering(Table):
 
     def allowed(self, f: MessageFilter) -> Allowed:
         """The matching messages as the vector cache applies them: a time window alone is compared
-        beside the cache; speakers or sessions become the list of matching ids (indexed columns,
-        the time window inside the same query)."""
-        if f.speakers or f.sessions:
+        beside the cache; speakers, sessions or a record time (``known_at``) become the list of
+        matching ids (indexed columns, the time window inside the same query)."""
+        if f.speakers or f.sessions or f.known_at is not None:
             sql, args = message_sql(f)
             return Allowed(ids=np.fromiter((r[0] for r in self.con.execute(sql, args)), dtype=np.int64))
         return Allowed(since=f.since, until=_earliest(f.until, f.as_of))
