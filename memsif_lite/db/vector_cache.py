@@ -144,7 +144,9 @@ class VectorCache:
             self._reset()  # someone else rewrote rows too: reload at the next query
             return
         for op, mid, code, when in staged:
-            at = np.flatnonzero(self._ids[:self._n] == mid)
+            # an added row is appended as it is: only a delete or a rewrite looks for its id (a scan
+            # of every cached id, 1 ms a row at a million, which ingest would pay for every message)
+            at = np.flatnonzero(self._ids[:self._n] == mid) if op != "add" else np.empty(0, dtype=np.intp)
             if op == "delete":
                 for i in at[::-1]:  # swap with the last row (order does not matter: ranking sorts)
                     last = self._n - 1
