@@ -454,7 +454,6 @@ def test_kill_9_during_a_merge_leaves_the_old_file_or_the_merged_one(tmp_path, m
     import signal
     import subprocess
     import sys
-    import time
     a, b, ref = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "ref.db"
     common = [_msg(i, i * 10) for i in range(100)]
     with _open(a) as mem:
@@ -475,8 +474,9 @@ def test_kill_9_during_a_merge_leaves_the_old_file_or_the_merged_one(tmp_path, m
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
         assert proc.stdout is not None and proc.stdout.readline().strip() == "merging"
-        time.sleep(delay * random.uniform(0.8, 1.2))
-        if proc.poll() is None:
+        try:  # killed after the delay, unless it finished first (then there is nothing to wait for)
+            proc.wait(timeout=delay * random.uniform(0.8, 1.2))
+        except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
         with _open(a, process="manual") as mem:
