@@ -46,6 +46,9 @@ WORKER_ENV = ("MEMSIF_LLM", "MEMSIF_API_BASE", "MEMSIF_API_KEY")
 #: the embedding models a worker process has loaded, by what makes one (loading one takes longer
 #: than draining a small file's queue, so a worker loads each model once, not once per file)
 _EMBEDDERS: dict[tuple[str, int, str, tuple[float, ...]], Embedder] = {}
+#: at most this many kept (the levels come from each file's meta: a home of files that all differ
+#: must not grow a worker by one loaded model per file)
+EMBEDDERS_KEPT = 4
 
 
 class FleetTaskError(MemsifError):
@@ -151,7 +154,10 @@ def _embedder(path: str, config: Config | None) -> Embedder:
     if info is None:
         raise MemoryFileError(f"no memory file at {path} (nothing to process)")
     emb = embedder_for(config or Config(), info)
-    return _EMBEDDERS.setdefault((emb.model_id, emb.dim, emb.metric, tuple(emb.sem_levels)), emb)
+    key = (emb.model_id, emb.dim, emb.metric, tuple(emb.sem_levels))
+    if key not in _EMBEDDERS and len(_EMBEDDERS) >= EMBEDDERS_KEPT:  # a file's meta names the key: bounded
+        del _EMBEDDERS[next(iter(_EMBEDDERS))]  # the oldest
+    return _EMBEDDERS.setdefault(key, emb)
 
 
 def _worker_name() -> str | None:

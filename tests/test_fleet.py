@@ -238,3 +238,24 @@ def test_a_worker_killed_mid_task_loses_nothing(tmp_path, server, client, embedd
         local = tmp_path / "local" / p.relative_to(home)
         process_locally(local, server, embedder)
         assert_same_as_local(p, local, tmp_path)
+
+
+def test_a_worker_keeps_a_bounded_number_of_models(tmp_path):
+    """An embedder is cached under the levels each file records (for a registered model prefix):
+    a home of files whose levels all differ must not grow a worker by one model per file."""
+    from fakes import FakeEmbedder
+    from memsif_lite import fleet, register_embedder
+
+    register_embedder("fleetfake", lambda name, levels: FakeEmbedder(model_id=f"fleetfake:{name}",
+                                                                     sem_levels=levels or (0.0, 1.0)))
+    fleet._EMBEDDERS.clear()
+    paths = []
+    for i in range(fleet.EMBEDDERS_KEPT + 3):
+        path = tmp_path / f"u{i}.db"
+        with Memory(path, embedder=FakeEmbedder(model_id="fleetfake:bow", sem_levels=(i / 100, 0.9)),
+                    process="manual") as mem:
+            mem.add("Ana", "I swim at the city pool")
+        paths.append(str(path))
+    for path in paths:
+        assert fleet.process_file(path).ok
+    assert len(fleet._EMBEDDERS) == fleet.EMBEDDERS_KEPT

@@ -292,3 +292,28 @@ def test_log_and_undo_from_the_command_line(tmp_path, embedder):
     assert refused.exit_code == 1 and "nothing it removed was kept" in refused.output
     asof = json.loads(run(main, ["facts", "--db", str(db), "--as-of", "2024-02-01", "--json"]).output)
     assert asof["facts"] == []  # the Lisbon fact was undone
+
+
+def test_forget_leaves_no_image_of_a_wording_its_message_made(tmp_path, embedder, llm_server):
+    """A CoreFact that outlives a forget (it has other sources) was worded once by the forgotten
+    message; a later update's before image held that wording, and the forget erases it too."""
+    cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+    fact = lambda stmt: json.dumps({"facts": [{"subject": "Maya", "type": "Identity", "stmt": stmt,  # noqa: E731
+                                               "lines": [1]}]})
+    script = {"extract": [fact("Maya lives in Lisbon"), fact("Maya lives in Lisbon near Secretgarden"),
+                          fact("Maya lives in Lisbon downtown")],
+              "op": ['{"op": "update", "target": 1, "stmt": "Maya lives in Lisbon near Secretgarden"}',
+                     '{"op": "update", "target": 1, "stmt": "Maya lives in Lisbon downtown"}']}
+    _route_facts(llm_server, script)
+    db = tmp_path / "m.db"
+    t = datetime(2024, 1, 1, 9)
+    with Memory(db, embedder=embedder, config=cfg, llm="openai/test-model", process="inline",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        ids = [mem.add("Maya", text, at=t + timedelta(days=i)) for i, text in enumerate(
+            ["home sweet home in Lisbon", "the garden view near Secretgarden", "Lisbon downtown now", "bye"])]
+        assert [f.stmt for f in mem.facts()] == ["Maya lives in Lisbon downtown"]
+        mem.forget(message_id=ids[1])
+        assert [f.stmt for f in mem.facts()] == ["Maya lives in Lisbon downtown"]  # it outlives the forget
+    with raw(db) as con:
+        blob = json.dumps(con.execute("SELECT summary, undo, before FROM change_log").fetchall())
+    assert "Secretgarden" not in blob

@@ -332,30 +332,37 @@ class ChangeLog(Table):
         return [int(item["id"]) for item in undo["facts"]]
 
     def redact(self, *, facts: Sequence[int] = (), messages: Sequence[int] = ()) -> int:
-        """Erase the content (summary, images) of every row that touched these facts or cites these
-        messages: what ``forget`` removes is not kept in the log either. Returns the rows redacted."""
+        """Erase the content (summary, undo and before images) of every row that touched these facts
+        or cites these messages: what ``forget`` removes is not kept in the log either (a fact that
+        outlives the forget may have been worded by the forgotten message: a later change's before
+        image holds that wording). Returns the rows redacted."""
         n = 0
         ids = sorted(set(facts))
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
             self.con.execute(
-                "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
+                f"UPDATE change_log SET {_ERASED} WHERE ({_HELD}) "
                 f"AND id IN (SELECT change_id FROM change_facts WHERE fact_id IN ({','.join('?' * len(chunk))}))",
                 chunk)
             n += self.con.changes()
             self.con.execute(  # and every change that wrote the same candidates: one that came with a merge,
                 # or one whose fact a merge's rebuild removed before its replay wrote it again
-                "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
+                f"UPDATE change_log SET {_ERASED} WHERE ({_HELD}) "
                 "AND decision IN "
                 "(SELECT l.decision FROM change_facts x JOIN change_log l ON l.id=x.change_id WHERE l.decision IS NOT "
                 f"NULL AND x.fact_id IN ({','.join('?' * len(chunk))}))", chunk)
             n += self.con.changes()
         for mid in sorted(set(messages)):
             self.con.execute(
-                "UPDATE change_log SET summary=NULL, undo=NULL WHERE (summary IS NOT NULL OR undo IS NOT NULL) "
+                f"UPDATE change_log SET {_ERASED} WHERE ({_HELD}) "
                 "AND EXISTS(SELECT 1 FROM json_each(change_log.ids, '$.messages') WHERE value=?)", (mid,))
             n += self.con.changes()
         return n
+
+
+#: what :meth:`ChangeLog.redact` erases of a row, and the test that it still holds some of it
+_ERASED = "summary=NULL, undo=NULL, before=NULL"
+_HELD = "summary IS NOT NULL OR undo IS NOT NULL OR before IS NOT NULL"
 
 
 def _ids(raw: Any) -> dict[str, list[int]]:
