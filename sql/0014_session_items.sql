@@ -4,8 +4,10 @@
 -- (no FTS5 row, no vector; segmentation, CoreFact extraction, search and context never read it).
 -- `message_id`: the session's last message when the item was added (NULL: none yet); the item
 -- sits after it in `Memory.items(session)`, and goes when that message is forgotten.
+-- AUTOINCREMENT: an item id is never given again (a stale `forget(item_id=)` can only miss); the
+-- table has no FTS5 or vec0 mirror, so the reasons of sql/0010 for a high-water mark do not apply.
 CREATE TABLE session_items (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     session TEXT NOT NULL,
     message_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
     at TEXT NOT NULL,

@@ -52,6 +52,10 @@ def test_forget_removes_an_item_and_the_items_after_a_forgotten_message(memory):
     assert mem.forget(item_id=first.id) == [first.id]
     with pytest.raises(NotFoundError):
         mem.forget(item_id=first.id)
+    last = mem.add_item("s", {"n": 1})
+    mem.forget(item_id=last)
+    assert mem.add_item("s", {"n": 2}) > last  # an id is never given again
+    mem.forget(item_id=last + 1)
     ana = mem.items("s")[0]
     mem.forget(message_id=ana.id)  # the call and its output followed it: they go with it
     assert _shape(mem.items("s")) == ["In the shed."]
