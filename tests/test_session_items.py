@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, file_at_schema, raw
-from memsif_lite import InvalidInputError, Memory, NotFoundError, store
-from memsif_lite.types import Message, SessionItem
+from memsif_lite import InvalidInputError, Memory, Message, NotFoundError, SessionItem, store
 
 CALL = {"type": "function_call", "call_id": "call_9", "name": "lookup_zebra", "arguments": "{\"q\": \"zebra\"}"}
 OUTPUT = {"type": "function_call_output", "call_id": "call_9", "output": "quokkas sleep in zebra-striped tents"}
