@@ -11,11 +11,11 @@ from typing import Any
 
 from . import store
 from .db import Database, ItemRow, to_message
-from .db.items import MAX_ITEM_CHARS
-from .errors import InvalidInputError
+from .db.items import MAX_ITEM_CHARS, stored_item_problem
+from .errors import InvalidInputError, MemoryFileError
 from .filters import MessageFilter
 from .ingest import MAX_SESSION
-from .timeutil import from_stored, now_stored, to_stored
+from .timeutil import from_stored, is_stored, now_stored, to_stored
 from .types import Message, SessionItem
 
 __all__ = ["MAX_ITEM_CHARS", "add_item", "session_items", "check_session"]
@@ -80,4 +80,7 @@ def _only(session: str) -> MessageFilter | None:
 
 
 def _item(r: ItemRow) -> SessionItem:
+    # a memory file may come from anyone: an item that is not what add_item stores is named, not trusted
+    if stored_item_problem(r.item) is not None or not is_stored(r.at):
+        raise MemoryFileError(f"session item {r.id} is not one memsif stored (not a JSON object, or a bad time)")
     return SessionItem(r.id, r.session, from_stored(r.at), json.loads(r.item))

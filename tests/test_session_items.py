@@ -4,12 +4,13 @@ export/import, left local by a merge."""
 
 from __future__ import annotations
 
+import apsw
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, file_at_schema, raw
-from memsif_lite import InvalidInputError, Memory, Message, NotFoundError, SessionItem, store
+from memsif_lite import InvalidInputError, Memory, MemoryFileError, Message, NotFoundError, SessionItem, store
 
 CALL = {"type": "function_call", "call_id": "call_9", "name": "lookup_zebra", "arguments": "{\"q\": \"zebra\"}"}
 OUTPUT = {"type": "function_call_output", "call_id": "call_9", "output": "quokkas sleep in zebra-striped tents"}
@@ -60,6 +61,16 @@ def test_forget_removes_an_item_and_the_items_after_a_forgotten_message(memory):
     assert _shape(mem.items("s")) == ["In the shed."]
     with pytest.raises(InvalidInputError, match="exactly one"):
         mem.forget(item_id=1, message_id=1)
+
+
+def test_a_tampered_item_is_named_not_trusted(memory, db):
+    mem = memory()
+    mem.add_item("s", CALL)
+    con = apsw.Connection(str(db))
+    con.execute("UPDATE session_items SET item='[1, 2'")
+    con.close()
+    with pytest.raises(MemoryFileError, match="session item 1"):
+        mem.items("s")
 
 
 @pytest.mark.parametrize("bad, why", [
