@@ -88,10 +88,16 @@ def test_an_item_that_is_not_a_plain_json_object_is_refused(memory, bad, why):
     assert mem.items("s") == []
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False,
-                    allow_infinity=False) | st.text(st.characters(exclude_categories=("Cs",)), max_size=20),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=12)
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    st.text(st.characters(exclude_categories=("Cs",)), max_size=20))
+
+
+def _nested(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4))
+
+
+JSON = st.recursive(SCALARS, _nested, max_leaves=12)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
