@@ -42,6 +42,7 @@ from .types import (  # noqa: E402
     Message,
     SearchResult,
     Segment,
+    SessionItem,
     Trajectory,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "Message",
     "SearchResult",
     "Segment",
+    "SessionItem",
     "Trajectory",
     "CoreFact",
     "FactEvent",

@@ -33,18 +33,24 @@ __all__ = ["forget", "forget_message", "forget_fact", "recompute_unit"]
 
 
 def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = None, fact_id: Any = None,
-           source_id: Any = None, speaker: Any = None) -> list[int]:
-    """``Memory.forget``: exactly one of a message id, a CoreFact id, or a ``source_id`` (every
-    message with it, of ``speaker`` when given), in one transaction. Returns the ids forgotten.
+           source_id: Any = None, speaker: Any = None, item_id: Any = None) -> list[int]:
+    """``Memory.forget``: exactly one of a message id, a CoreFact id, a ``source_id`` (every
+    message with it, of ``speaker`` when given) or a session item id, in one transaction. Returns the ids forgotten.
     Ids are never reused (sql/0010), so an id read earlier can only miss, never hit another message."""
-    if sum(x is not None for x in (message_id, fact_id, source_id)) != 1:
-        raise InvalidInputError("give exactly one of message_id, fact_id or source_id")
+    if sum(x is not None for x in (message_id, fact_id, source_id, item_id)) != 1:
+        raise InvalidInputError("give exactly one of message_id, fact_id, source_id or item_id")
     if speaker is not None and source_id is None:
         raise InvalidInputError("speaker narrows a source_id; give source_id too")
     if message_id is not None:
         check_id(message_id, "message_id")
     if fact_id is not None:
         check_id(fact_id, "fact_id")
+    if item_id is not None:  # a session item: nothing is derived from it
+        check_id(item_id, "item_id")
+        with db.write():
+            if not db.items.delete(item_id):
+                raise NotFoundError(f"no session item with id {item_id}")
+        return [item_id]
     if source_id is not None:
         check_text(source_id, "source_id")
         if speaker is not None:

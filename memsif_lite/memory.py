@@ -22,10 +22,11 @@ from .llm import ModelHealth, require_litellm
 from .merging import MergeReport, merge_file
 from .query import Answer, Context
 from .segments import BoundaryJudge
+from .session_items import add_item, check_session, item_json, session_items
 from .timeutil import from_stored, to_stored
 from .trajectories import TrajectoryJudge
 from .types import (ActiveFact, Added, CandidateCluster, Change, CoreFact, FactEvent, Message, SearchResult, Segment,
-                    Trajectory, UndoReport)
+                    SessionItem, Trajectory, UndoReport)
 from .view import ViewPage, view_page
 from .worker import ProcessReport
 
@@ -172,13 +173,22 @@ class Memory:
             self._p.query.accumulate(question, evidence)
 
     def forget(self, *, message_id: int | None = None, fact_id: int | None = None, source_id: str | None = None,
-               speaker: str | None = None) -> list[int]:
-        """Delete a message (and all derived only from it), a CoreFact, or the messages with a
-        ``source_id`` (of ``speaker`` when given), in one transaction; returns the ids deleted.
-        Ids are never reused, so a stale id can only raise NotFoundError, never hit another message."""
+               speaker: str | None = None, item_id: int | None = None) -> list[int]:
+        """Delete a message (and all derived only from it, its session items too), a CoreFact, the
+        messages with a ``source_id`` (of ``speaker`` when given), or a session item, in one
+        transaction; returns the ids deleted. Ids are never reused, so a stale id can only raise
+        NotFoundError, never hit another message."""
         with self._session("forget") as db:
             return forget(db, self._p.active_facts, message_id=message_id, fact_id=fact_id, source_id=source_id,
-                          speaker=speaker)
+                          speaker=speaker, item_id=item_id)
+
+    def add_item(self, session: str, item: dict, *, at: Any = None) -> int:
+        """Keep a JSON object that is not chat (a tool call, its output) with ``session``, after the
+        session's messages so far; never indexed (:mod:`memsif_lite.session_items`). Returns its id."""
+        session = check_session(session)
+        text = item_json(item)
+        with self._session("add_item") as db:
+            return add_item(db, session, text, at)
 
     # -- reading ---------------------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, level: str = "message",
@@ -202,6 +212,12 @@ class Memory:
         flt = self._filter(criteria)
         check_page(limit, offset)
         return self._read(lambda db: [to_message(r) for r in db.filters.messages(flt, limit, offset)])
+
+    def items(self, session: str) -> list[Message | SessionItem]:
+        """The session's messages, in the order added, with its session items (:meth:`add_item`)
+        each after the message that was the session's last when it was added."""
+        session = check_session(session)
+        return self._read(lambda db: session_items(db, session), snapshot=False)
 
     def segments(self, *, as_of: Any = None, known_at: Any = None) -> list[Segment]:
         """All Topical Segments in order, with their messages, span, entities and a label; ``as_of``:

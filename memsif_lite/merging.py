@@ -395,6 +395,7 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
         if not existing:
             continue
         db.merge.move_evidence(m.id, nid)
+        db.items.move(m.id, nid)  # a session item stays after the message it followed
         for sub, kind, step_seg, payload in db.merge.queued(m.id):
             if STEPS.survives(kind, step_seg, payload, kept):  # queued steps of what stays move after the point
                 db.merge.rekey(m.id, sub, first_new, REKEYED + rekeyed)

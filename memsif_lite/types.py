@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 from .timeutil import local_time
 
 __all__ = ["Message", "Added", "SearchResult", "Segment", "Trajectory", "CoreFact", "FactEvent", "ActiveFact",
-           "CandidateCluster", "FactItem", "EvidenceItem", "Context", "Answer", "Change", "UndoReport"]
+           "CandidateCluster", "FactItem", "EvidenceItem", "Context", "Answer", "Change", "UndoReport",
+           "SessionItem"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,17 @@ class Message:
         """The time as the speaker gave it: aware, at their UTC offset (UTC when unknown)."""
         tz = timezone(timedelta(minutes=self.utc_offset_min or 0))
         return self.at.replace(tzinfo=timezone.utc).astimezone(tz)
+
+
+@dataclass(frozen=True)
+class SessionItem:
+    """A session item (:meth:`Memory.add_item`): a JSON object kept with a session that is not
+    chat (a tool call, its output), never indexed. ``at`` is UTC (naive)."""
+
+    id: int
+    session: str
+    at: datetime
+    item: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

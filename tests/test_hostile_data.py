@@ -173,7 +173,8 @@ def test_an_older_file_gets_its_high_water_marks(memory, db):
         _two(mem)
     con = apsw.Connection(str(db))
     con.execute("DELETE FROM meta WHERE key IN ('message_id_high', 'fact_id_high', 'file_id'); "
-                "DROP TABLE change_facts; DROP TABLE change_log; DROP INDEX messages_known_at; "
+                "DROP TABLE session_items; DROP TABLE change_facts; DROP TABLE change_log; "
+                "DROP INDEX messages_known_at; "
                 "ALTER TABLE messages DROP COLUMN known_at; PRAGMA user_version=9")  # as schema 9 was
     con.close()
     with memory() as mem:

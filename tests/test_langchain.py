@@ -41,10 +41,16 @@ def test_history_contract(tmp_path, fake_embedder):
                         ToolMessage("{}", tool_call_id="1"),
                         HumanMessage(content=[{"type": "text", "text": "hi"}, {"type": "image", "url": "x"}])])
         other.add_user_message("elsewhere")
+        h.add_messages([AIMessage("let me look", tool_calls=[{"name": "g", "args": {"q": "x"}, "id": "2"}]),
+                        ToolMessage("found it", tool_call_id="2")])
         got = h.messages
-        assert [type(m) for m in got] == [HumanMessage, AIMessage, SystemMessage, HumanMessage]
-        assert [m.content for m in got] == ["hi", "hello", "be brief", "hi"]  # repeated text stored again
-        assert [m.speaker for m in mem.messages(sessions=["s1"])] == ["Ana", "Bot", "system", "Ana"]
+        assert [type(m) for m in got] == [HumanMessage, AIMessage, SystemMessage, AIMessage, ToolMessage, HumanMessage,
+                                          AIMessage, ToolMessage]
+        assert [m.content for m in got] == ["hi", "hello", "be brief", "", "{}", "hi", "let me look", "found it"]
+        # tool calls and tool messages are kept in order, as data: not stored as things someone said
+        assert [c["id"] for c in got[3].tool_calls] == ["1"] and got[4].tool_call_id == "1"
+        assert got[6].tool_calls[0]["args"] == {"q": "x"} and got[7].tool_call_id == "2"
+        assert [m.speaker for m in mem.messages(sessions=["s1"])] == ["Ana", "Bot", "system", "Ana", "Bot"]
         h.clear()
         assert h.messages == [] and [m.content for m in other.messages] == ["elsewhere"]
         with pytest.raises(InvalidInputError):

@@ -64,10 +64,22 @@ def test_second_turn_recalls_the_first_through_the_session(tmp_path, embedder):
         # the second turn's model saw the first turn through the session's history
         assert {"role": "user", "content": "My cat is called Mochi and she loves tuna."} in model.inputs[-2]
         items = asyncio.run(session.get_items())
-        # chat only: the call and its output are not stored as things someone said
-        assert [i["role"] for i in items] == ["user", "assistant", "user", "assistant"]
+        # the call and its output come back in order, as the SDK gave them, for it to replay
+        assert [i.get("role", i.get("type")) for i in items] == [
+            "user", "assistant", "user", "function_call", "function_call_output", "assistant"]
+        call, output = items[3], items[4]
+        assert call["name"] == "recall" and call["call_id"] == output["call_id"] == "call_1"
+        assert json.loads(call["arguments"]) == {"question": "What is my cat called?"}
+        assert "Mochi" in output["output"]
+        # ... but not as things someone said: 4 messages, and neither search nor context sees the call
         assert all(m.session == "chat-1" for m in session.memory.messages())
         assert {m.speaker for m in session.memory.messages()} == {"maya", "assistant"}
+        assert len(session.memory.messages()) == 4
+        assert all("call_1" not in (r.text or "") for r in session.memory.search("call_1 function_call recall"))
+        assert "call_1" not in session.memory.context("function_call_output call_1").text
+        # a third turn replays the call and its output to the model
+        Runner.run_sync(agent, "Thanks!", session=session, run_config=offline)
+        assert [i.get("type") for i in model.inputs[-1] if isinstance(i, dict)].count("function_call_output") == 1
     finally:
         session.close()
     assert (tmp_path / "users" / "maya.db").exists()
@@ -85,12 +97,18 @@ def test_session_protocol_get_pop_clear(tmp_path, fake_embedder):
                                {"role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
                                {"role": "user", "content": "hi"}])  # a repeated message is stored again
             await other.add_items([{"role": "user", "content": "elsewhere"}])
-            assert await s.get_items() == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                                           {"role": "user", "content": "hi"}]
+            call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+            assert await s.get_items() == [{"role": "user", "content": "hi"}, call,
+                                           {"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}]
             assert await s.get_items(limit=1) == [{"role": "user", "content": "hi"}]
             assert await s.get_items(limit=0) == []
             assert await s.pop_item() == {"role": "user", "content": "hi"}
             assert [m.speaker for m in mem.messages(sessions=["s1"])] == ["Ana", "Bot"]
+            output = {"type": "function_call_output", "call_id": "c", "output": "42"}
+            await s.add_items([output])
+            assert (await s.get_items())[-1] == output
+            assert await s.pop_item() == output  # the last item, not the last message
+            assert await s.get_items(limit=2) == [call, {"role": "assistant", "content": "hello"}]
             await s.clear_session()
             assert await s.get_items() == [] and await s.pop_item() is None
             assert await other.get_items() == [{"role": "user", "content": "elsewhere"}]

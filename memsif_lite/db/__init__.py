@@ -13,6 +13,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``tombstones`` — hashes of forgotten messages; ``merge`` — what ``memsif merge`` reads and moves
 * ``changes``   — the change log (``facts`` tells it what every CoreFact write touches)
 * ``overview``  — whole-file listings for the HTML view (:mod:`memsif_lite.view`)
+* ``items``     — session items: non-chat JSON kept with a session, never indexed
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -31,6 +32,7 @@ from .changes import ChangeLog, RecordedFacts
 from .clusters import Clusters
 from .facts import CoreFacts, from_messages
 from .filtering import Filtering
+from .items import ItemRow, SessionItems
 from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
 from .overview import Overview
@@ -40,7 +42,7 @@ from .structure import UNIT_TABLES, Structure
 from .vector_cache import VectorCache
 
 __all__ = ["Database", "QueuedStep", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
-           "from_messages"]
+           "from_messages", "ItemRow"]
 
 
 class Database:
@@ -62,6 +64,7 @@ class Database:
         self.tombstones = Tombstones(con)
         self.merge = MergeRows(con, self.caches)
         self.overview = Overview(con)
+        self.items = SessionItems(con)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:

@@ -22,6 +22,7 @@ from ..errors import InvalidInputError
 from ..timeutil import is_stored
 from .base import Table
 from .changes import ChangeLog
+from .items import stored_item_problem
 from .maintenance import backup, check_connection, export_rows, import_rows, read_export
 from .messages import ID_HIGH, ID_LIMIT, retire_id
 from .queue import step_problem
@@ -181,7 +182,7 @@ _TIMES: dict[str, tuple[str, ...]] = {
     "segments": ("start_at", "end_at"), "core_facts": ("valid_from", "valid_to?", "created_at", "updated_at"),
     "fact_history": ("at",), "candidate_clusters": ("created_at", "updated_at"), "cluster_statements": ("at",),
     "cluster_queries": ("at",), "active_facts": ("created_at", "updated_at"), "work_queue": ("created_at",),
-    "tombstones": ("created_at", "local_at?")}
+    "tombstones": ("created_at", "local_at?"), "session_items": ("at",)}
 #: BLOB columns and the lengths they may have (``dim`` bytes per unit)
 _BLOBS: dict[tuple[str, str], tuple[int, ...]] = {
     ("messages", "content_hash"): (32,), ("tombstones", "hash"): (32,), ("trajectories", "vec_sum"): (4, 8),
@@ -232,6 +233,10 @@ def _row_problem(obj: dict, dim: int) -> str | None:
                 return f"{table}.{col} is not a blob of {' or '.join(map(str, sizes))} bytes"
             if units == (4,) and not np.isfinite(np.frombuffer(v, dtype=np.float32)).all():
                 return f"{table}.{col} holds a non-finite vector"
+    if table == "session_items":
+        why = stored_item_problem(values.get("item"))
+        if why is not None:
+            return f"session_items.item is {why}"
     if table == "messages":
         for col in ("speaker", "text"):
             if not isinstance(values.get(col), str) or not values[col].strip():

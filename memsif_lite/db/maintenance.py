@@ -49,6 +49,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "active_facts": ("id", "cluster_id", "subject", "stmt", "created_at", "updated_at"),
     "work_queue": ("id", "message_id", "sub", "kind", "segment_id", "payload", "created_at", "attempts"),
     "tombstones": ("hash", "created_at", "local_at"),
+    "session_items": ("id", "session", "message_id", "at", "item"),
 }
 _META_KEEP = ("fact_schema", "created_at", "created_by")
 #: columns added by later schema steps: an export made before them may lack them (NULL then)

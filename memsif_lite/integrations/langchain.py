@@ -4,8 +4,11 @@ messages, and a retriever returning what :meth:`Memory.context` found as ``Docum
 ``MemsifChatMessageHistory(memory, session_id)`` is a ``BaseChatMessageHistory``: human, AI and
 system messages are stored as messages of ``session_id`` under the speakers their roles map to
 (:class:`~memsif_lite.integrations.Speakers`), so the history is segmented, linked and mined for
-CoreFacts like any conversation. Tool messages and AI messages that only call tools are not stored
-(a memsif message is indexed as something a speaker said; a tool's JSON is not).
+CoreFacts like any conversation. What is not chat — tool messages, the tool calls of an AI message,
+a message without text — is kept as a session item (:meth:`Memory.add_item`, the message as
+``message_to_dict`` gives it): data of the session, never indexed as something a speaker said.
+``messages`` returns them all in the order they were added (an AI message's text and its tool calls
+as one message again), so a tool-calling agent gets its history back whole.
 
 ``MemsifRetriever(memory=memory, k=4)`` is a ``BaseRetriever``: the context's CoreFacts and
 ActiveFacts first, then its dated evidence, at most ``k`` (``invoke(query, k=3)`` too), each a
@@ -26,18 +29,19 @@ ActiveFacts first, then its dated evidence, at most ``k`` (``invoke(query, k=3)`
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage,
+                                     message_to_dict, messages_from_dict)
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from ..errors import InvalidInputError
 from ..memory import Memory
-from ..types import Context
+from ..types import Context, Message
 from . import Speakers, now_utc
 
 __all__ = ["MemsifChatMessageHistory", "MemsifRetriever", "message_text", "context_documents"]
@@ -69,28 +73,50 @@ class MemsifChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         out: list[BaseMessage] = []
-        for m in self.memory.messages(sessions=[self.session_id]):
-            role = self.speakers.role(m.speaker)
-            cls = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}[role]
-            out.append(cls(content=m.text))
+        for m in self.memory.items(self.session_id):
+            if isinstance(m, Message):
+                role = self.speakers.role(m.speaker)
+                cls = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}[role]
+                out.append(cls(content=m.text))
+                continue
+            (message,) = messages_from_dict([m.item["langchain"]])
+            if m.item.get("joined") and out and isinstance(out[-1], AIMessage):  # its text is the message before
+                message = message.model_copy(update={"content": out.pop().content})
+            out.append(message)
         return out
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for message in messages:
             if not isinstance(message, BaseMessage):
                 raise InvalidInputError(f"expected LangChain messages, got {type(message).__name__}")
+        for message in messages:
             role = message.role if isinstance(message, ChatMessage) else _ROLES.get(message.type)
             speaker = self.speakers.speaker(role) if role else None
             text = message_text(message)
-            if speaker is not None and text.strip():  # tool messages and bare tool calls are not chat
+            calls = isinstance(message, AIMessage) and bool(message.tool_calls)
+            if speaker is not None and text.strip():
                 rows.append({"speaker": speaker, "text": text, "at": now_utc(), "session": self.session_id})
+                if not calls:
+                    continue
+                message = message.model_copy(update={"content": ""})  # the calls, after the text
+            self._flush(rows)
+            self.memory.add_item(self.session_id, {"langchain": message_to_dict(message), "joined": calls and
+                                                   speaker is not None and bool(text.strip())})
+        self._flush(rows)
+
+    def _flush(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self.memory.add_many(rows)
+            rows.clear()
 
     def clear(self) -> None:
-        for m in self.memory.messages(sessions=[self.session_id]):
-            self.memory.forget(message_id=m.id)
+        stored = self.memory.items(self.session_id)
+        for m in sorted(stored, key=lambda m: isinstance(m, Message)):  # the items, then the messages
+            if isinstance(m, Message):
+                self.memory.forget(message_id=m.id)
+            else:
+                self.memory.forget(item_id=m.id)
 
 
 def context_documents(memory: Memory, context: Context) -> list[Document]:

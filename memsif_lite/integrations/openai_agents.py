@@ -6,10 +6,11 @@ long-term memory, and a ``recall`` tool that reads it.
 as a memsif message of the session (``session=session_id``), under the speaker its role maps to
 (:class:`~memsif_lite.integrations.Speakers`), so it is segmented, linked into trajectories and
 mined for CoreFacts like any conversation, and ``recall`` finds it in later sessions. Items that
-are not chat — function calls and their outputs, reasoning, web searches — are not stored: a memsif
-message is indexed as something a speaker said, and a call's JSON is not (the model sees a call's
-result in the assistant's reply that follows it). ``get_items`` returns the stored messages as
-``{"role", "content"}`` items.
+are not chat — function calls and their outputs, reasoning, web searches, a message without text —
+are kept as they came as session items (:meth:`Memory.add_item`): data of the session, never
+indexed as something a speaker said. ``get_items`` returns the session in the order it was added
+(:meth:`Memory.items`): each stored message as a ``{"role", "content"}`` item, each other item as
+it was given, so the SDK replays a tool call with its output.
 
 ``recall_tool(memory)`` is a function tool ``recall(question)`` returning
 :meth:`Memory.context` — CoreFacts, then dated evidence — for the agent to answer from.
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..errors import InvalidInputError
 from ..homes import open_memory
 from ..memory import Memory
-from ..types import Message
+from ..types import Message, SessionItem
 from . import Speakers, now_utc
 
 if TYPE_CHECKING:
@@ -94,30 +95,35 @@ class MemsifSession:
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidInputError("limit must be a non-negative integer or None")
-        stored = await asyncio.to_thread(self._messages)
+        stored = await asyncio.to_thread(self._stored)
         if limit is not None:
             stored = stored[len(stored) - limit:] if limit else []
         return [self._item(m) for m in stored]
 
     async def add_items(self, items: list[Any]) -> None:
-        rows = []
-        for item in items:
-            text = item_text(item)
-            speaker = self.speakers.speaker(str(item.get("role"))) if text is not None else None
-            if text is None or speaker is None or not text.strip():
-                log.debug("session %s: %s item not stored (not chat)", self.session_id,
-                          item.get("type", "?") if isinstance(item, Mapping) else type(item).__name__)
-                continue
-            rows.append({"speaker": speaker, "text": text, "at": now_utc(), "session": self.session_id})
-        if rows:
-            await asyncio.to_thread(self.memory.add_many, rows)
+        def add() -> None:
+            rows: list[dict[str, Any]] = []
+            for item in items:
+                text = item_text(item)
+                speaker = self.speakers.speaker(str(item.get("role"))) if text is not None else None
+                if text is not None and speaker is not None and text.strip():
+                    rows.append({"speaker": speaker, "text": text, "at": now_utc(), "session": self.session_id})
+                    continue
+                if rows:  # the chat before it first, so that the item follows it
+                    self.memory.add_many(rows)
+                    rows = []
+                self.memory.add_item(self.session_id, _plain(item))
+            if rows:
+                self.memory.add_many(rows)
+
+        await asyncio.to_thread(add)
 
     async def pop_item(self) -> dict[str, Any] | None:
-        def pop() -> Message | None:
-            stored = self._messages()
+        def pop() -> Message | SessionItem | None:
+            stored = self._stored()
             if not stored:
                 return None
-            self.memory.forget(message_id=stored[-1].id)
+            self._forget(stored[-1])
             return stored[-1]
 
         last = await asyncio.to_thread(pop)
@@ -125,16 +131,31 @@ class MemsifSession:
 
     async def clear_session(self) -> None:
         def clear() -> None:
-            for m in self._messages():
-                self.memory.forget(message_id=m.id)
+            stored = self._stored()
+            for m in sorted(stored, key=lambda m: isinstance(m, Message)):  # the items, then the messages
+                self._forget(m)
 
         await asyncio.to_thread(clear)
 
-    def _messages(self) -> list[Message]:
-        return self.memory.messages(sessions=[self.session_id])
+    def _stored(self) -> list[Message | SessionItem]:
+        return self.memory.items(self.session_id)
 
-    def _item(self, m: Message) -> dict[str, Any]:
+    def _forget(self, m: Message | SessionItem) -> None:
+        if isinstance(m, Message):
+            self.memory.forget(message_id=m.id)
+        else:
+            self.memory.forget(item_id=m.id)
+
+    def _item(self, m: Message | SessionItem) -> dict[str, Any]:
+        if isinstance(m, SessionItem):
+            return m.item
         return {"role": self.speakers.role(m.speaker), "content": m.text}
+
+
+def _plain(item: Any) -> Any:
+    """An item as a JSON object: the SDK's items are dicts; a pydantic model is dumped."""
+    dump = getattr(item, "model_dump", None)
+    return dump(mode="json", exclude_unset=True) if callable(dump) and not isinstance(item, Mapping) else item
 
 
 def recall_tool(memory: Memory, *, budget_tokens: int = 1000, name: str = "recall") -> "FunctionTool":
