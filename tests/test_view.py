@@ -366,7 +366,12 @@ def test_serve_answers_on_127_0_0_1_and_follows_the_file(demo_db, tmp_path, embe
         assert _get(url)[2] == _get(url)[2]  # the same file: the same page, not made again
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        try:  # (a generous limit: on a machine loaded by several test suites 60 s was seen to run out)
+            out, _ = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            err = proc.communicate()[1]
+            raise AssertionError(f"memsif view --serve did not stop on SIGINT; stderr: {err!r}") from None
     assert proc.returncode == 0
     summary = json.loads(out)
     assert set(summary) == {"db", "url", "requests", "renders", "stats"}
