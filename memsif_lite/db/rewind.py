@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 import apsw
 
+from ..errors import StorageCorruptError
 from .base import Table
 
 __all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "Rewind", "Rows"]
@@ -90,14 +91,50 @@ def _columns(con: Any, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
-def _entries(d: Any) -> list[tuple[tuple[Any, ...], list[Any] | None]]:
-    """One table's images read back (untrusted: a merge never copies them, but a file may be
-    edited): malformed entries are left out."""
-    if not isinstance(d, list):
-        return []
-    return [(tuple(e[0]), e[1]) for e in d
-            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and (e[1] is None
-                                                                                   or isinstance(e[1], list))]
+_SCALAR = (type(None), int, float, str)
+
+
+def _types(con: Any, table: str) -> list[tuple[type, ...]]:
+    """The Python types an image may hold in each column of ``table`` (by its declared type)."""
+    out: list[tuple[type, ...]] = []
+    for r in con.execute(f"PRAGMA table_info({table})"):
+        decl = (r[2] or "").upper()
+        out.append((type(None), int) if "INT" in decl else (type(None), str) if "TEXT" in decl
+                   else (type(None), int, float) if "REAL" in decl else _SCALAR)
+    return out
+
+
+def _entry(e: Any, table: str, types: list[tuple[type, ...]]) -> tuple[tuple[Any, ...], list[Any] | None] | None:
+    """One image read back (untrusted: a file may be edited), or None when it is not a well formed
+    image of a row of ``table``: a key of scalars, one per primary key column, and the whole row (or
+    null), each column of its type, its key columns the key's."""
+    pk_cols = IMAGE_TABLES[table]
+    if not (isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and len(e[0]) == len(pk_cols)):
+        return None
+    key, row = e
+    if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in key):
+        return None
+    if row is not None:
+        if not (isinstance(row, list) and len(row) == len(types)):
+            return None
+        if not all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types, strict=True)):
+            return None
+        if [row[i] for i in pk_cols] != key:
+            return None
+    return tuple(key), row
+
+
+def _entries(d: Any, table: str, types: list[tuple[type, ...]], cid: int) -> list[tuple[tuple[Any, ...],
+                                                                                         list[Any] | None]]:
+    """One table's images of change ``cid`` read back; a malformed one is a damaged file."""
+    out = []
+    for e in d if isinstance(d, list) else [None]:
+        got = _entry(e, table, types)
+        if got is None:
+            raise StorageCorruptError(f"change {cid}: a malformed before image of {table} in the change log "
+                                      "(run `memsif check`; restore a backup)")
+        out.append(got)
+    return out
 
 
 def _loads(raw: Any) -> Any:
@@ -107,12 +144,17 @@ def _loads(raw: Any) -> Any:
         return None
 
 
-def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
-    """A ``before`` column read back, table by table."""
+def parse(con: Any, raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
+    """A ``before`` column read back, table by table (malformed images left out)."""
     d = _loads(raw)
     if not isinstance(d, dict):
         return {}
-    return {t: _entries(v) for t, v in d.items() if t in IMAGE_TABLES}
+    out = {}
+    for t, v in d.items():
+        if t in IMAGE_TABLES and isinstance(v, list):
+            types = _types(con, t)
+            out[t] = [got for e in v if (got := _entry(e, t, types)) is not None]
+    return out
 
 
 class Rewind(Table):
@@ -130,15 +172,16 @@ class Rewind(Table):
         change's image of a row wins)."""
         tables = [t for t in IMAGE_TABLES if t in set(tables)]
         state = self.rows(tables)
+        types = {t: _types(self.con, t) for t in tables}
         parts = ", ".join(f"json_extract(before, '$.{t}')" for t in tables)  # only the tables asked for
-        later = self.con.execute(f"SELECT {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before IS NOT "
-                                 "NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
-        for raw in later:
+        later = self.con.execute(f"SELECT id, {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before "
+                                 "IS NOT NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
+        for cid, *raw in later:
             for table, part in zip(tables, raw, strict=True):
                 if part is None:
                     continue
                 rows = state[table]
-                for pk, row in _entries(_loads(part)):
+                for pk, row in _entries(_loads(part), table, types[table], cid):
                     if row is None:
                         rows.pop(pk, None)
                     else:
@@ -154,11 +197,19 @@ class Rewind(Table):
         return out
 
     def erase(self, keys: dict[str, set[tuple[Any, ...]]]) -> int:
-        """``forget``: the images that hold any of these rows go (the whole ``before`` of such a
-        change: what is forgotten is not kept). Returns the changes erased."""
+        """``forget``: the images of these rows go (what is forgotten is not kept), and with a source
+        of a CoreFact the images of that fact (its wording came from it); the other images of the
+        same changes stay. Returns the changes whose images changed."""
+        keys = {t: set(v) for t, v in keys.items()}
+        keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
         n = 0
         for cid, raw in self.con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
-            if any(pk in keys.get(t, ()) for t, entries in parse(raw).items() for pk, _ in entries):
-                self.con.execute("UPDATE change_log SET before=NULL WHERE id=?", (cid,))
-                n += 1
+            parsed = parse(self.con, raw)
+            kept = {t: [[list(pk), row] for pk, row in entries if pk not in keys.get(t, ())]
+                    for t, entries in parsed.items()}
+            if all(len(kept[t]) == len(parsed[t]) for t in parsed) and isinstance(_loads(raw), dict):
+                continue
+            kept = {t: v for t, v in kept.items() if v}
+            self.con.execute("UPDATE change_log SET before=? WHERE id=?", (json.dumps(kept) if kept else None, cid))
+            n += 1
         return n
