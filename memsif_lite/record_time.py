@@ -57,20 +57,17 @@ def state(db: Database, known_at: str, tables: tuple[str, ...] = _TABLES) -> Sta
 
 
 def _known_members(db: Database, known_at: str, then: State) -> None:
-    """Leave out of ``then`` the placements of messages not known at ``known_at`` (a later change
-    whose images a forget erased leaves its placements in the current rows), and the segments and
-    trajectories left with no members by that."""
+    """Leave out of ``then`` the placements of messages learnt after ``known_at`` (a later change
+    whose images a forget erased leaves its placements in the current rows), the segments left with
+    no members (every segment was made by placing one), and the trajectories left with no segment."""
     later = {m for (m,) in db.con.execute("SELECT id FROM messages WHERE known_at > ?", (known_at,))}
-    units = then["message_units"]
-    then["message_units"] = [u for u in units if u["message_id"] not in later]
-    emptied = {u["segment_id"] for u in units} - {u["segment_id"] for u in then["message_units"]}
+    then["message_units"] = [u for u in then["message_units"] if u["message_id"] not in later]
     if "segments" in then:
-        gone = [s for s in then["segments"] if s["id"] in emptied]
-        then["segments"] = [s for s in then["segments"] if s["id"] not in emptied]
+        placed = {u["segment_id"] for u in then["message_units"]}
+        then["segments"] = [s for s in then["segments"] if s["id"] in placed]
         if "trajectories" in then:
-            left = {s["trajectory_id"] for s in then["segments"]}
-            lost = {s["trajectory_id"] for s in gone} - left
-            then["trajectories"] = [t for t in then["trajectories"] if t["id"] not in lost]
+            linked = {s["trajectory_id"] for s in then["segments"]}
+            then["trajectories"] = [t for t in then["trajectories"] if t["id"] in linked]
 
 
 def point(known_at: Any) -> str | None:

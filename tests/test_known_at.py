@@ -235,3 +235,25 @@ def test_record_clock_is_restored(tmp_path):
     with record_clock(lambda: R0):
         assert now_stored() == to_stored(R0)
     assert now_stored() > to_stored(R0)
+
+
+def test_a_forget_keeps_the_images_of_other_rows(tmp_path, embedder, llm_server):
+    """A forget erases the images of the rows it touched, not whole changes: structure read at a
+    record time before later messages never shows them, nor does one before anything."""
+    path = tmp_path / "m.db"
+    with record_clock(lambda: R0), _open(path, embedder, llm_server) as mem:
+        for i in range(6):
+            mem.add("Ana", f"I baked rye bread again today, loaf number {i}.", at=T + timedelta(minutes=i))
+        then = mem.segments()
+        assert [s.message_ids for s in then] == [(1, 2, 3, 4, 5, 6)]
+        linked = [tuple(m for m in t.message_ids if m != 1) for t in mem.trajectories()]
+    with record_clock(lambda: R0 + timedelta(hours=1)), _open(path, embedder, llm_server) as mem:
+        for i in range(3):
+            mem.add("Bob", f"The football match went to extra time, part {i}.", at=T + timedelta(days=20, minutes=i),
+                    session="2")
+    with record_clock(lambda: R0 + timedelta(hours=2)), _open(path, embedder, llm_server) as mem:
+        mem.forget(message_id=1)
+        assert [m.id for m in mem.messages(known_at=R0)] == [2, 3, 4, 5, 6]
+        assert [s.message_ids for s in mem.segments(known_at=R0)] == [(2, 3, 4, 5, 6)]
+        assert mem.segments(known_at=R0 - timedelta(days=1)) == []
+        assert [t.message_ids for t in mem.trajectories(known_at=R0)] == linked

@@ -199,13 +199,14 @@ class Rewind(Table):
     def erase(self, keys: dict[str, set[tuple[Any, ...]]]) -> int:
         """``forget``: the images of these rows go (what is forgotten is not kept), and with a source
         of a CoreFact the images of that fact (its wording came from it); the other images of the
-        same changes stay. Returns the changes whose images changed."""
+        same changes stay, and so do the ``null`` ones (the row was made then: they hold nothing).
+        Returns the changes whose images changed."""
         keys = {t: set(v) for t, v in keys.items()}
         keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
         n = 0
         for cid, raw in self.con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
             parsed = parse(self.con, raw)
-            kept = {t: [[list(pk), row] for pk, row in entries if pk not in keys.get(t, ())]
+            kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
                     for t, entries in parsed.items()}
             if all(len(kept[t]) == len(parsed[t]) for t in parsed) and isinstance(_loads(raw), dict):
                 continue
