@@ -257,3 +257,19 @@ def test_a_forget_keeps_the_images_of_other_rows(tmp_path, embedder, llm_server)
         assert [s.message_ids for s in mem.segments(known_at=R0)] == [(2, 3, 4, 5, 6)]
         assert mem.segments(known_at=R0 - timedelta(days=1)) == []
         assert [t.message_ids for t in mem.trajectories(known_at=R0)] == linked
+
+
+def test_context_at_a_record_time_shows_the_sources_then(tmp_path, embedder, llm_server):
+    """``context(known_at=K)``: a CoreFact's sources are those it had at K, not a merge's later ones."""
+    path = tmp_path / "m.db"
+    with record_clock(lambda: R0), _open(path, embedder, llm_server) as mem:
+        first = mem.add("Ana", "I live in Lisbon.", at=T)
+        mem.add("Bob", "Did you watch the football match?", at=T + timedelta(days=30))
+        [fact] = mem.facts()
+        assert fact.message_ids == (first,)
+    with record_clock(lambda: R0 + timedelta(hours=1)), _open(path, embedder, llm_server) as mem:
+        again = mem.add("Ana", "I live in Lisbon.", at=T + timedelta(days=60))
+        mem.add("Bob", "Did you watch the football match?", at=T + timedelta(days=90))
+        assert [f.message_ids for f in mem.facts()] == [(first, again)]
+        core = [f for f in mem.context("Where does Ana live?", known_at=R0).facts if f.kind == "core"]
+        assert [(f.id, f.message_ids) for f in core] == [(fact.id, (first,))]
