@@ -61,7 +61,7 @@ def _known_members(db: Database, known_at: str, then: State) -> None:
     """Leave out of ``then`` the placements of messages learnt after ``known_at`` (a later change
     whose images a forget erased leaves its placements in the current rows), the segments left with
     no members (every segment was made by placing one), and the trajectories left with no segment."""
-    later = {m for (m,) in db.con.execute("SELECT id FROM messages WHERE known_at > ?", (known_at,))}
+    later = Rewind(db.con).learnt_after(known_at)
     then["message_units"] = [u for u in then["message_units"] if u["message_id"] not in later]
     if "segments" in then:
         placed = {u["segment_id"] for u in then["message_units"]}
@@ -215,7 +215,7 @@ def shown_as_then(db: Database, known_at: str, ids: list[int], active: dict[int,
         sources.setdefault(r["fact_id"], []).append(r["message_id"])
     core = {r["id"]: {**r, "message_ids": tuple(sorted(sources.get(r["id"], ())))}
             for r in then["core_facts"] if r["id"] in want}
-    later = {m for (m,) in db.con.execute("SELECT id FROM messages WHERE known_at > ?", (known_at,))}
+    later = Rewind(db.con).learnt_after(known_at)
     held = {r["id"]: r for r in then["active_facts"]}
     return core, {fid: dataclasses.replace(a, subject=h["subject"], stmt=h["stmt"],
                                            message_ids=tuple(m for m in a.message_ids if m not in later))

@@ -188,6 +188,10 @@ class Rewind(Table):
                         rows[pk] = row
         return state
 
+    def learnt_after(self, known_at: str) -> set[int]:
+        """The ids of the messages learnt after record time ``known_at``."""
+        return {m for (m,) in self.con.execute("SELECT id FROM messages WHERE known_at > ?", (known_at,))}
+
     def named_at(self, known_at: str, tables: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
         """:meth:`at`, each table's rows as ``{column: value}`` in primary key order."""
         out = {}
