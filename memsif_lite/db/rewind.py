@@ -25,7 +25,7 @@ import apsw
 from ..errors import StorageCorruptError
 from .base import Table
 
-__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "Rewind", "Rows"]
+__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "renumber", "Rewind", "Rows"]
 
 #: the derived tables rewound, with their primary key columns (positions in the row)
 IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
@@ -74,7 +74,60 @@ def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[A
             old = [now[i] if v is apsw.no_change else v for i, v in enumerate(old)]
         row = [None if cols[i] == DERIVED.get(ch.name) else _plain(v) for i, v in enumerate(old)]
         out.setdefault(ch.name, []).append([pk, row])
+    moved = _moved(con)
+    if moved:  # a merge's rebuild renumbered messages: its images name them by their new ids
+        con.execute("DELETE FROM temp.renumbered")
+        for t, entries in out.items():
+            out[t] = _renumber(con, t, entries, moved)
     return out
+
+
+#: the tables whose rows name a message, the column
+_MESSAGE_COLUMN = {"message_units": "message_id", "fact_sources": "message_id"}
+
+
+def _moved(con: Any) -> dict[int, int]:
+    if con.execute("SELECT 1 FROM sqlite_temp_master WHERE name='renumbered'").fetchone() is None:
+        return {}
+    return dict(con.execute("SELECT old, new FROM temp.renumbered").fetchall())
+
+
+def _renumber(con: Any, table: str, entries: list[list[Any]], moved: dict[int, int]) -> list[list[Any]]:
+    """``entries`` (images of ``table``) with the messages of ``moved`` (old id -> new) renamed; an
+    image of a renamed row wins over a ``null`` one of the same key (the row made under its new id)."""
+    if table not in _MESSAGE_COLUMN:
+        return entries
+    col = _columns(con, table).index(_MESSAGE_COLUMN[table])
+    pk_cols = IMAGE_TABLES[table]
+    out, renamed = [], set()
+    at = pk_cols.index(col)
+    for key, row in entries:
+        if row is not None and row[col] in moved:
+            row = list(row)
+            row[col] = moved[row[col]]
+            key = [row[i] for i in pk_cols]
+            renamed.add(tuple(key))
+        elif row is None and key[at] in moved:
+            key = [moved[v] if i == at else v for i, v in enumerate(key)]
+        out.append([key, row])
+    return [e for e in out if e[1] is not None or tuple(e[0]) not in renamed]
+
+
+def renumber(con: Any, moved: dict[int, int]) -> None:
+    """A merge's rebuild stores messages again under new ids (``moved``: old id -> new): the images
+    of earlier changes, and those of the change running (when it ends), name them by their new ids."""
+    if not moved:
+        return
+    for cid, raw in con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
+        d = _loads(raw)
+        if not isinstance(d, dict):
+            continue
+        new = {t: (_renumber(con, t, v, moved) if t in _MESSAGE_COLUMN and isinstance(v, list)
+                   and all(_entry(e, t, _types(con, t)) is not None for e in v) else v) for t, v in d.items()}
+        if new != d:
+            con.execute("UPDATE change_log SET before=? WHERE id=?", (json.dumps(new, separators=(",", ":")), cid))
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS renumbered(old INTEGER PRIMARY KEY, new INTEGER)")
+    con.executemany("INSERT OR REPLACE INTO temp.renumbered(old, new) VALUES(?, ?)", list(moved.items()))
 
 
 def touched(session: apsw.Session) -> dict[str, set[tuple[Any, ...]]]:
