@@ -45,6 +45,7 @@ from .config import Config
 from .db import Database
 from .db.changes import OPS, CarriedChange
 from .db.merge import FullMessage
+from .db.rewind import renumber
 from .embed import Embeddings, passage, passage_hash
 from .entities import extract_entities
 from .errors import InvalidInputError, MemoryFileError
@@ -402,6 +403,7 @@ def rebuild(db: Database, point: str, incoming: list[FullMessage]) -> tuple[str,
                 rekeyed += 1
             else:
                 db.merge.unqueue(m.id, sub)
+    renumber(db.con, {m.id: base + 1 + i for i, (m, existing) in enumerate(order) if existing})
     for m in replaced:
         db.messages.delete(m.id)
     return start, [(base + 1 + i, m.vector, m.text) for i, (m, _) in enumerate(order)]

@@ -123,13 +123,13 @@ class QueryPipeline:
         ``as_of``, a CoreFact valid then is current then; with ``known_at``, a CoreFact has the
         wording and validity the file held at that record time (docs/history.md)."""
         core = self.db.facts.many([fid for _, kind, fid in near if kind == "core"])
-        if known_at is not None:
-            then = shown_as_then(self.db, known_at, list(core))
+        active = self.db.clusters.active_many([fid for _, kind, fid in near if kind == "active"])
+        if known_at is not None:  # as they stood then: wording, validity, sources; ActiveFacts held then
+            then, active = shown_as_then(self.db, known_at, list(core), active)
             core = {fid: dataclasses.replace(
                 f, stmt=r["stmt"], valid_from=from_stored(r["valid_from"]),
-                valid_to=from_stored(r["valid_to"]) if r["valid_to"] else None) for fid, f in core.items()
-                if (r := then.get(fid)) is not None}
-        active = self.db.clusters.active_many([fid for _, kind, fid in near if kind == "active"])
+                valid_to=from_stored(r["valid_to"]) if r["valid_to"] else None, message_ids=r["message_ids"])
+                for fid, f in core.items() if (r := then.get(fid)) is not None}
         items = []
         for score, kind, fid in near:
             if kind == "core" and (f := core.get(fid)) is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from . import store
 from .db import Database
 from .db.rewind import Rewind
+from .db.rows import ActiveFactRow
 from .errors import MemoryFileError
 from .filters import MessageFilter
 from .segments import label, list_segments
@@ -50,7 +51,24 @@ def require(db: Database) -> None:
 def state(db: Database, known_at: str, tables: tuple[str, ...] = _TABLES) -> State:
     """The derived rows (of ``tables``) as they stood at record time ``known_at`` (stored form)."""
     require(db)
-    return Rewind(db.con).named_at(known_at, tables)
+    then = Rewind(db.con).named_at(known_at, tables)
+    if "message_units" in then:
+        _known_members(db, known_at, then)
+    return then
+
+
+def _known_members(db: Database, known_at: str, then: State) -> None:
+    """Leave out of ``then`` the placements of messages learnt after ``known_at`` (a later change
+    whose images a forget erased leaves its placements in the current rows), the segments left with
+    no members (every segment was made by placing one), and the trajectories left with no segment."""
+    later = Rewind(db.con).learnt_after(known_at)
+    then["message_units"] = [u for u in then["message_units"] if u["message_id"] not in later]
+    if "segments" in then:
+        placed = {u["segment_id"] for u in then["message_units"]}
+        then["segments"] = [s for s in then["segments"] if s["id"] in placed]
+        if "trajectories" in then:
+            linked = {s["trajectory_id"] for s in then["segments"]}
+            then["trajectories"] = [t for t in then["trajectories"] if t["id"] in linked]
 
 
 def point(known_at: Any) -> str | None:
@@ -184,11 +202,24 @@ def active_known_at(db: Database, then: State) -> list[ActiveFact]:
     return out
 
 
-def shown_as_then(db: Database, known_at: str, ids: list[int]) -> dict[int, dict[str, Any]]:
-    """The rows of CoreFacts ``ids`` at record time ``known_at`` (those it held): what ``context``
-    shows for the facts it ranked."""
+def shown_as_then(db: Database, known_at: str, ids: list[int], active: dict[int, ActiveFactRow]
+                  ) -> tuple[dict[int, dict[str, Any]], dict[int, ActiveFactRow]]:
+    """What ``context`` shows at record time ``known_at`` for the facts it ranked: the rows of
+    CoreFacts ``ids`` then (those it held), each with its sources then (``message_ids``), and the
+    ActiveFacts of ``active`` it held then, with their wording then (their clusters are not
+    rewound: their evidence is that of the messages known then)."""
     want = set(ids)
-    return {r["id"]: r for r in Rewind(db.con).named_at(known_at, ["core_facts"])["core_facts"] if r["id"] in want}
+    then = state(db, known_at, ("core_facts", "fact_sources", "active_facts"))
+    sources: dict[int, list[int]] = {}
+    for r in then["fact_sources"]:
+        sources.setdefault(r["fact_id"], []).append(r["message_id"])
+    core = {r["id"]: {**r, "message_ids": tuple(sorted(sources.get(r["id"], ())))}
+            for r in then["core_facts"] if r["id"] in want}
+    later = Rewind(db.con).learnt_after(known_at)
+    held = {r["id"]: r for r in then["active_facts"]}
+    return core, {fid: dataclasses.replace(a, subject=h["subject"], stmt=h["stmt"],
+                                           message_ids=tuple(m for m in a.message_ids if m not in later))
+                  for fid, a in active.items() if (h := held.get(fid)) is not None}
 
 
 def _json(raw: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 from .errors import InvalidInputError, StorageCorruptError
 
 __all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "is_stored", "parse_locomo_date", "now_stored",
-           "record_clock", "day_label", "relative_notes", "stated_times"]
+           "day_label", "relative_notes", "stated_times"]
 
 _LOCOMO = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE
@@ -112,8 +112,9 @@ def now_stored() -> str:
 
 @contextlib.contextmanager
 def record_clock(clock: Callable[[], datetime]) -> Iterator[None]:
-    """Read record time from ``clock`` instead of the system clock while the block runs (tests
-    step a clock instead of sleeping; a tool replaying a journal can give its own times)."""
+    """Read record time from ``clock`` instead of the system clock while the block runs: for tests
+    (they step a clock instead of sleeping), not part of the API (record time is assumed
+    monotonic: docs/history.md, "How known_at rewinds")."""
     _clock.append(clock)
     try:
         yield

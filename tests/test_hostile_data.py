@@ -325,3 +325,30 @@ def _tamper(db: Path, sql: str, *args: str) -> None:
         con.execute(sql, args)
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("entry", ['[[[2]],null]', '[[1],[1]]', '[[1,2],null]', '[[true],null]', '7',
+                                   '[[1],[1,null,[3],null,null,null,null,0,0,0,0,0,0]]'])
+def test_a_malformed_before_image_is_a_clear_error(tmp_path, llm_server, entry):
+    """A hostile ``change_log.before``: reading at a record time before it says the file is damaged,
+    naming the change, through the API and the CLI (exit 1, no traceback)."""
+    from memsif_lite.cli import main
+    from test_history_merge import MODEL, deterministic_llm
+    db = tmp_path / "m.db"
+    llm_server.default = deterministic_llm
+    with Memory(db, llm=MODEL, llm_kwargs=llm_server.llm_kwargs()) as mem:
+        mem.add("Ana", "I live in Lisbon.", at=T0)
+        mem.add("Bob", "Did you watch the football match?", at=T0 + timedelta(days=30))  # closes the segment
+        mem.process()
+        assert mem.facts()
+    _tamper(db, "INSERT INTO change_log(id, at, actor, op, ids, uid, before) VALUES(999, '2099-01-01T00:00:00', "
+                "'rule', 'place', '{}', 999, ?)", f'{{"core_facts":[{entry}],"message_units":[{entry}]}}')
+    k = "2098-01-01"
+    with Memory(db, read_only=True) as mem:
+        for read in (lambda: mem.facts(known_at=k), lambda: mem.segments(known_at=k),
+                     lambda: mem.context("Where does Ana live?", known_at=k)):
+            with pytest.raises(StorageCorruptError, match="change 999"):
+                read()
+    for cmd in (["facts"], ["context", "Where does Ana live?"]):
+        r = CliRunner().invoke(main, [*cmd, "--db", str(db), "--known-at", k])
+        assert r.exit_code == 1 and "change 999" in r.output and "Traceback" not in r.output, (cmd, r.output)

@@ -4,6 +4,7 @@ from a stepped clock (``timeutil.record_clock``), never from sleeping."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,13 +47,19 @@ def _state(mem: Memory, known_at: str | None = None) -> dict:
     """What property (a) compares: the messages (by content: a merge that places a message again
     gives it a new id), every CoreFact (all its fields: wording, validity, successor, sources,
     origin), every Topical Segment and Event Trajectory (all fields), and the ActiveFacts (id,
-    cluster, subject, statement: their clusters' evidence is not rewound)."""
+    cluster, subject, statement: their clusters' evidence is not rewound); message ids as what the
+    messages say (a merge gives a message placed again a new id, and a rewind names it by that)."""
     at = {} if known_at is None else {"known_at": known_at}
+    said = {m.id: (m.speaker, m.text, m.at) for m in mem.messages(**at)}
+
+    def by_content(xs: list) -> list:  # message ids as what they say: a merge renumbers messages
+        return [dataclasses.replace(x, message_ids=tuple(said.get(m, m) for m in x.message_ids)) for x in xs]
+
     return {
-        "messages": sorted((m.speaker, m.text, m.at) for m in mem.messages(**at)),
-        "facts": mem.facts(include_superseded=True, **at),
-        "segments": mem.segments(**at),
-        "trajectories": mem.trajectories(**at),
+        "messages": sorted(said.values()),
+        "facts": by_content(mem.facts(include_superseded=True, **at)),
+        "segments": by_content(mem.segments(**at)),
+        "trajectories": by_content(mem.trajectories(**at)),
         "active": [(a.id, a.cluster_id, a.subject, a.stmt) for a in mem.active_facts(**at)],
     }
 
@@ -235,3 +242,62 @@ def test_record_clock_is_restored(tmp_path):
     with record_clock(lambda: R0):
         assert now_stored() == to_stored(R0)
     assert now_stored() > to_stored(R0)
+
+
+def test_a_forget_keeps_the_images_of_other_rows(tmp_path, embedder, llm_server):
+    """A forget erases the images of the rows it touched, not whole changes: structure read at a
+    record time before later messages never shows them, nor does one before anything."""
+    path = tmp_path / "m.db"
+    with record_clock(lambda: R0), _open(path, embedder, llm_server) as mem:
+        for i in range(6):
+            mem.add("Ana", f"I baked rye bread again today, loaf number {i}.", at=T + timedelta(minutes=i))
+        then = mem.segments()
+        assert [s.message_ids for s in then] == [(1, 2, 3, 4, 5, 6)]
+        linked = [tuple(m for m in t.message_ids if m != 1) for t in mem.trajectories()]
+    with record_clock(lambda: R0 + timedelta(hours=1)), _open(path, embedder, llm_server) as mem:
+        for i in range(3):
+            mem.add("Bob", f"The football match went to extra time, part {i}.", at=T + timedelta(days=20, minutes=i),
+                    session="2")
+    with record_clock(lambda: R0 + timedelta(hours=2)), _open(path, embedder, llm_server) as mem:
+        mem.forget(message_id=1)
+        assert [m.id for m in mem.messages(known_at=R0)] == [2, 3, 4, 5, 6]
+        assert [s.message_ids for s in mem.segments(known_at=R0)] == [(2, 3, 4, 5, 6)]
+        assert mem.segments(known_at=R0 - timedelta(days=1)) == []
+        assert [t.message_ids for t in mem.trajectories(known_at=R0)] == linked
+
+
+def test_context_at_a_record_time_shows_the_sources_then(tmp_path, embedder, llm_server):
+    """``context(known_at=K)``: a CoreFact's sources are those it had at K, not a merge's later ones."""
+    path = tmp_path / "m.db"
+    with record_clock(lambda: R0), _open(path, embedder, llm_server) as mem:
+        first = mem.add("Ana", "I live in Lisbon.", at=T)
+        mem.add("Bob", "Did you watch the football match?", at=T + timedelta(days=30))
+        [fact] = mem.facts()
+        assert fact.message_ids == (first,)
+    with record_clock(lambda: R0 + timedelta(hours=1)), _open(path, embedder, llm_server) as mem:
+        again = mem.add("Ana", "I live in Lisbon.", at=T + timedelta(days=60))
+        mem.add("Bob", "Did you watch the football match?", at=T + timedelta(days=90))
+        assert [f.message_ids for f in mem.facts()] == [(first, again)]
+        core = [f for f in mem.context("Where does Ana live?", known_at=R0).facts if f.kind == "core"]
+        assert [(f.id, f.message_ids) for f in core] == [(fact.id, (first,))]
+
+
+def test_a_merge_renumbering_keeps_the_ids_of_then(tmp_path, embedder, llm_server):
+    """A merge's rebuild stores messages again under new ids: rewound placements and sources name
+    them by those ids, as ``messages(known_at=K)`` does."""
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    with record_clock(lambda: R0), _open(a, embedder, llm_server) as mem:
+        mem.backup(b)
+        mem.add("Ana", "I live in Lisbon.", at=datetime(2024, 1, 1, 9))
+        mem.add("Bob", "Did you watch the football match?", at=datetime(2024, 1, 3, 9))
+        mem.process()
+    with record_clock(lambda: R0), _open(b, embedder, llm_server) as other:
+        other.add("Cleo", "Lovely weather for a walk by the river.", at=datetime(2024, 1, 2, 9))
+    k = R0 + timedelta(hours=1)
+    with record_clock(lambda: R0 + timedelta(hours=2)), _open(a, embedder, llm_server) as mem:
+        mem.merge_from(b)
+        ids = [m.id for m in mem.messages(known_at=k)]
+        assert len(ids) == 2 and ids != [1, 2]
+        assert sorted(m for s in mem.segments(known_at=k) for m in s.message_ids) == ids
+        assert {m for f in mem.facts(known_at=k) for m in f.message_ids} <= set(ids)
+        assert [f.message_ids for f in mem.facts(known_at=k)] == [(ids[0],)]

@@ -22,9 +22,10 @@ from typing import Any, Iterable
 
 import apsw
 
+from ..errors import StorageCorruptError
 from .base import Table
 
-__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "Rewind", "Rows"]
+__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "renumber", "Rewind", "Rows"]
 
 #: the derived tables rewound, with their primary key columns (positions in the row)
 IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
@@ -73,7 +74,60 @@ def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[A
             old = [now[i] if v is apsw.no_change else v for i, v in enumerate(old)]
         row = [None if cols[i] == DERIVED.get(ch.name) else _plain(v) for i, v in enumerate(old)]
         out.setdefault(ch.name, []).append([pk, row])
+    moved = _moved(con)
+    if moved:  # a merge's rebuild renumbered messages: its images name them by their new ids
+        con.execute("DELETE FROM temp.renumbered")
+        for t, entries in out.items():
+            out[t] = _renumber(con, t, entries, moved)
     return out
+
+
+#: the tables whose rows name a message, the column
+_MESSAGE_COLUMN = {"message_units": "message_id", "fact_sources": "message_id"}
+
+
+def _moved(con: Any) -> dict[int, int]:
+    if con.execute("SELECT 1 FROM sqlite_temp_master WHERE name='renumbered'").fetchone() is None:
+        return {}
+    return dict(con.execute("SELECT old, new FROM temp.renumbered").fetchall())
+
+
+def _renumber(con: Any, table: str, entries: list[list[Any]], moved: dict[int, int]) -> list[list[Any]]:
+    """``entries`` (images of ``table``) with the messages of ``moved`` (old id -> new) renamed; an
+    image of a renamed row wins over a ``null`` one of the same key (the row made under its new id)."""
+    if table not in _MESSAGE_COLUMN:
+        return entries
+    col = _columns(con, table).index(_MESSAGE_COLUMN[table])
+    pk_cols = IMAGE_TABLES[table]
+    out, renamed = [], set()
+    at = pk_cols.index(col)
+    for key, row in entries:
+        if row is not None and row[col] in moved:
+            row = list(row)
+            row[col] = moved[row[col]]
+            key = [row[i] for i in pk_cols]
+            renamed.add(tuple(key))
+        elif row is None and key[at] in moved:
+            key = [moved[v] if i == at else v for i, v in enumerate(key)]
+        out.append([key, row])
+    return [e for e in out if e[1] is not None or tuple(e[0]) not in renamed]
+
+
+def renumber(con: Any, moved: dict[int, int]) -> None:
+    """A merge's rebuild stores messages again under new ids (``moved``: old id -> new): the images
+    of earlier changes, and those of the change running (when it ends), name them by their new ids."""
+    if not moved:
+        return
+    for cid, raw in con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
+        d = _loads(raw)
+        if not isinstance(d, dict):
+            continue
+        new = {t: (_renumber(con, t, v, moved) if t in _MESSAGE_COLUMN and isinstance(v, list)
+                   and all(_entry(e, t, _types(con, t)) is not None for e in v) else v) for t, v in d.items()}
+        if new != d:
+            con.execute("UPDATE change_log SET before=? WHERE id=?", (json.dumps(new, separators=(",", ":")), cid))
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS renumbered(old INTEGER PRIMARY KEY, new INTEGER)")
+    con.executemany("INSERT OR REPLACE INTO temp.renumbered(old, new) VALUES(?, ?)", list(moved.items()))
 
 
 def touched(session: apsw.Session) -> dict[str, set[tuple[Any, ...]]]:
@@ -90,14 +144,50 @@ def _columns(con: Any, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
-def _entries(d: Any) -> list[tuple[tuple[Any, ...], list[Any] | None]]:
-    """One table's images read back (untrusted: a merge never copies them, but a file may be
-    edited): malformed entries are left out."""
-    if not isinstance(d, list):
-        return []
-    return [(tuple(e[0]), e[1]) for e in d
-            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and (e[1] is None
-                                                                                   or isinstance(e[1], list))]
+_SCALAR = (type(None), int, float, str)
+
+
+def _types(con: Any, table: str) -> list[tuple[type, ...]]:
+    """The Python types an image may hold in each column of ``table`` (by its declared type)."""
+    out: list[tuple[type, ...]] = []
+    for r in con.execute(f"PRAGMA table_info({table})"):
+        decl = (r[2] or "").upper()
+        out.append((type(None), int) if "INT" in decl else (type(None), str) if "TEXT" in decl
+                   else (type(None), int, float) if "REAL" in decl else _SCALAR)
+    return out
+
+
+def _entry(e: Any, table: str, types: list[tuple[type, ...]]) -> tuple[tuple[Any, ...], list[Any] | None] | None:
+    """One image read back (untrusted: a file may be edited), or None when it is not a well formed
+    image of a row of ``table``: a key of scalars, one per primary key column, and the whole row (or
+    null), each column of its type, its key columns the key's."""
+    pk_cols = IMAGE_TABLES[table]
+    if not (isinstance(e, list) and len(e) == 2 and isinstance(e[0], list) and len(e[0]) == len(pk_cols)):
+        return None
+    key, row = e
+    if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in key):
+        return None
+    if row is not None:
+        if not (isinstance(row, list) and len(row) == len(types)):
+            return None
+        if not all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types, strict=True)):
+            return None
+        if [row[i] for i in pk_cols] != key:
+            return None
+    return tuple(key), row
+
+
+def _entries(d: Any, table: str, types: list[tuple[type, ...]], cid: int) -> list[tuple[tuple[Any, ...],
+                                                                                         list[Any] | None]]:
+    """One table's images of change ``cid`` read back; a malformed one is a damaged file."""
+    out = []
+    for e in d if isinstance(d, list) else [None]:
+        got = _entry(e, table, types)
+        if got is None:
+            raise StorageCorruptError(f"change {cid}: a malformed before image of {table} in the change log "
+                                      "(run `memsif check`; restore a backup)")
+        out.append(got)
+    return out
 
 
 def _loads(raw: Any) -> Any:
@@ -107,12 +197,17 @@ def _loads(raw: Any) -> Any:
         return None
 
 
-def parse(raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
-    """A ``before`` column read back, table by table."""
+def parse(con: Any, raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
+    """A ``before`` column read back, table by table (malformed images left out)."""
     d = _loads(raw)
     if not isinstance(d, dict):
         return {}
-    return {t: _entries(v) for t, v in d.items() if t in IMAGE_TABLES}
+    out = {}
+    for t, v in d.items():
+        if t in IMAGE_TABLES and isinstance(v, list):
+            types = _types(con, t)
+            out[t] = [got for e in v if (got := _entry(e, t, types)) is not None]
+    return out
 
 
 class Rewind(Table):
@@ -130,20 +225,25 @@ class Rewind(Table):
         change's image of a row wins)."""
         tables = [t for t in IMAGE_TABLES if t in set(tables)]
         state = self.rows(tables)
+        types = {t: _types(self.con, t) for t in tables}
         parts = ", ".join(f"json_extract(before, '$.{t}')" for t in tables)  # only the tables asked for
-        later = self.con.execute(f"SELECT {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before IS NOT "
-                                 "NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
-        for raw in later:
+        later = self.con.execute(f"SELECT id, {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before "
+                                 "IS NOT NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
+        for cid, *raw in later:
             for table, part in zip(tables, raw, strict=True):
                 if part is None:
                     continue
                 rows = state[table]
-                for pk, row in _entries(_loads(part)):
+                for pk, row in _entries(_loads(part), table, types[table], cid):
                     if row is None:
                         rows.pop(pk, None)
                     else:
                         rows[pk] = row
         return state
+
+    def learnt_after(self, known_at: str) -> set[int]:
+        """The ids of the messages learnt after record time ``known_at``."""
+        return {m for (m,) in self.con.execute("SELECT id FROM messages WHERE known_at > ?", (known_at,))}
 
     def named_at(self, known_at: str, tables: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
         """:meth:`at`, each table's rows as ``{column: value}`` in primary key order."""
@@ -154,11 +254,20 @@ class Rewind(Table):
         return out
 
     def erase(self, keys: dict[str, set[tuple[Any, ...]]]) -> int:
-        """``forget``: the images that hold any of these rows go (the whole ``before`` of such a
-        change: what is forgotten is not kept). Returns the changes erased."""
+        """``forget``: the images of these rows go (what is forgotten is not kept), and with a source
+        of a CoreFact the images of that fact (its wording came from it); the other images of the
+        same changes stay, and so do the ``null`` ones (the row was made then: they hold nothing).
+        Returns the changes whose images changed."""
+        keys = {t: set(v) for t, v in keys.items()}
+        keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
         n = 0
         for cid, raw in self.con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
-            if any(pk in keys.get(t, ()) for t, entries in parse(raw).items() for pk, _ in entries):
-                self.con.execute("UPDATE change_log SET before=NULL WHERE id=?", (cid,))
-                n += 1
+            parsed = parse(self.con, raw)
+            kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
+                    for t, entries in parsed.items()}
+            if all(len(kept[t]) == len(parsed[t]) for t in parsed) and isinstance(_loads(raw), dict):
+                continue
+            kept = {t: v for t, v in kept.items() if v}
+            self.con.execute("UPDATE change_log SET before=? WHERE id=?", (json.dumps(kept) if kept else None, cid))
+            n += 1
         return n
