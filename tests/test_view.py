@@ -333,13 +333,21 @@ def _get(url: str, host: str | None = None, method: str = "GET") -> tuple[int, d
         return e.code, dict(e.headers), e.read()
 
 
+def _interruptible() -> None:
+    """In the served view's process: Ctrl-C as a terminal gives it. A test run started in the
+    background of a non-interactive shell ignores SIGINT, and a child inherits that (Python then
+    installs no KeyboardInterrupt handler): the SIGINT below would go unheard."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_serve_answers_on_127_0_0_1_and_follows_the_file(demo_db, tmp_path, embedder):
     import shutil
 
     db = tmp_path / "live.db"
     shutil.copy(demo_db, db)
     proc = subprocess.Popen([sys.executable, "-m", "memsif_lite.cli", "view", "--db", str(db), "--serve", "--port",
-                             "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()  # type: ignore
     try:
@@ -366,8 +374,8 @@ def test_serve_answers_on_127_0_0_1_and_follows_the_file(demo_db, tmp_path, embe
         assert _get(url)[2] == _get(url)[2]  # the same file: the same page, not made again
     finally:
         proc.send_signal(signal.SIGINT)
-        try:  # (a generous limit: on a machine loaded by several test suites 60 s was seen to run out)
-            out, _ = proc.communicate(timeout=240)
+        try:
+            out, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             err = proc.communicate()[1]
