@@ -22,13 +22,14 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from .errors import InvalidInputError, MemoryFileError
 from .memory import Memory
 
-__all__ = ["default_home", "validate_name", "memory_path", "open_memory", "make_private_dirs"]
+__all__ = ["default_home", "validate_name", "memory_path", "open_memory", "OpenMemories", "make_private_dirs"]
 
 MAX_NAME = 64
 _NAME = re.compile(r"[a-z0-9][a-z0-9._@+-]*")
@@ -97,6 +98,35 @@ def open_memory(user: str | None = None, agent: str | None = None, *, home: str 
     if not memory_kwargs.get("read_only"):
         make_private_dirs(path.parent)
     return Memory(path, **memory_kwargs)
+
+
+class OpenMemories:
+    """The memories of one home that an adapter serving many users has opened, one ``Memory`` per
+    file, kept open until :meth:`close` (``memory_kwargs`` go to each, as to :func:`open_memory`)."""
+
+    def __init__(self, home: Path, **memory_kwargs: Any):
+        self.home, self._kwargs = home, memory_kwargs
+        self._open: dict[Path, Memory] = {}
+        self._lock = threading.Lock()
+
+    def get(self, user: str | None, agent: str | None, *, create: bool) -> Memory | None:
+        """The open memory of ``user`` / ``agent``; None when its file does not exist and ``create``
+        is false (nothing is created then)."""
+        path = memory_path(user, agent, home=self.home)
+        with self._lock:
+            mem = self._open.get(path)
+            if mem is None:
+                if not create and not path.exists():
+                    return None
+                mem = self._open[path] = open_memory(user, agent, home=self.home, **self._kwargs)
+            return mem
+
+    def close(self) -> None:
+        """Close every memory opened here."""
+        with self._lock:
+            opened, self._open = list(self._open.values()), {}
+        for mem in opened:
+            mem.close()
 
 
 def make_private_dirs(directory: Path) -> None:

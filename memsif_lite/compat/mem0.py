@@ -35,13 +35,12 @@ Ids
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InvalidInputError, NotFoundError
-from ..homes import default_home, memory_path, open_memory, validate_name
+from ..homes import OpenMemories, default_home, memory_path, validate_name
 from ..memory import Memory as MemsifMemory
 
 from .mem0_import import import_mem0
@@ -67,8 +66,7 @@ class Memory:
             raise InvalidInputError("memsif_lite.compat.mem0.Memory writes; open files read-only with memsif_lite")
         self.home = Path(home).expanduser() if home is not None else default_home()
         self._kwargs = {"process": "inline", **memory_kwargs}  # add() reports the facts it made, as mem0's does
-        self._open: dict[Path, MemsifMemory] = {}
-        self._lock = threading.RLock()
+        self._files_open = OpenMemories(self.home, **self._kwargs)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "Memory":
@@ -103,21 +101,11 @@ class Memory:
 
     def close(self) -> None:
         """Close every memory file this facade opened."""
-        with self._lock:
-            opened, self._open = list(self._open.values()), {}
-        for mem in opened:
-            mem.close()
+        self._files_open.close()
 
     # -- files ---------------------------------------------------------------------------------
     def _file(self, scope: Scope, *, create: bool) -> MemsifMemory | None:
-        path = memory_path(scope.user, scope.agent, home=self.home)
-        with self._lock:
-            mem = self._open.get(path)
-            if mem is None:
-                if not create and not path.exists():
-                    return None
-                mem = self._open[path] = open_memory(scope.user, scope.agent, home=self.home, **self._kwargs)
-            return mem
+        return self._files_open.get(scope.user, scope.agent, create=create)
 
     def _files(self, scope: Scope) -> list[tuple[Scope, MemsifMemory]]:
         """The existing files of a scope: a user alone also owns the user's per-agent files."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -39,7 +38,7 @@ from langgraph.store.base import (BaseStore, GetOp, InvalidNamespaceError, Item,
                                   Op, PutOp, Result, SearchItem, SearchOp)
 
 from ..errors import InvalidInputError, MemsifError, NotFoundError
-from ..homes import default_home, memory_path, open_memory, validate_name
+from ..homes import OpenMemories, default_home, validate_name
 from ..memory import Memory
 from ..types import Message
 from . import now_utc
@@ -92,9 +91,7 @@ class MemsifStore(BaseStore):
     def __init__(self, home: str | Path | None = None, *, speaker: str = "memory", **memory_kwargs: Any):
         self.home = Path(home).expanduser() if home is not None else default_home()
         self.speaker = speaker
-        self._kwargs = memory_kwargs
-        self._open: dict[tuple[str, ...], Memory] = {}
-        self._lock = threading.Lock()
+        self._files_open = OpenMemories(self.home, **memory_kwargs)
 
     def __enter__(self) -> "MemsifStore":
         return self
@@ -103,24 +100,11 @@ class MemsifStore(BaseStore):
         self.close()
 
     def close(self) -> None:
-        with self._lock:
-            opened, self._open = list(self._open.values()), {}
-        for mem in opened:
-            mem.close()
-
-    def _path(self, ns: tuple[str, ...]) -> Path:
-        return memory_path(ns[0], ns[1] if len(ns) > 1 else None, home=self.home)
+        self._files_open.close()
 
     def _memory(self, ns: tuple[str, ...], *, create: bool) -> Memory | None:
         """The open memory of ``ns``; None when its file does not exist and ``create`` is false."""
-        with self._lock:
-            mem = self._open.get(ns)
-            if mem is None:
-                if not create and not self._path(ns).exists():
-                    return None
-                mem = self._open[ns] = open_memory(ns[0], ns[1] if len(ns) > 1 else None, home=self.home,
-                                                   **self._kwargs)
-            return mem
+        return self._files_open.get(ns[0], ns[1] if len(ns) > 1 else None, create=create)
 
     # -- the operations -----------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
