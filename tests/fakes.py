@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import queue
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -208,3 +209,27 @@ def file_at_schema(path: Path, version: int, dim: int, meta: dict[str, str]) -> 
                 store.set_meta(con, **meta)
             con.execute(f"PRAGMA user_version={v}")
     return con
+
+
+def lives_in_reply(req: dict, title: str = "Moving") -> str:
+    """A fake LLM whose replies follow from the prompt alone (so the order files are processed in,
+    a task run twice or a merge's replay cannot change them): 'I live in X' / 'I moved to X' are
+    facts of their speaker, a new place of someone who lived elsewhere supersedes it, the same
+    place merges, and every message starts a new topic titled ``title``."""
+    from memsif_lite import prompts
+
+    system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+    if system == prompts.EXTRACT_SYSTEM:
+        found = re.findall(r"(\d+)\. \[[\d-]+\] (\w+): I (?:live in|moved to) (\w+)", user.split("excerpt", 1)[-1])
+        return json.dumps({"facts": [{"subject": who, "type": "Identity", "stmt": f"{who} lives in {city}",
+                                      "lines": [int(n)]} for n, who, city in found]})
+    if system == prompts.OPERATION_SYSTEM:
+        new = re.search(r"(\w+) \(\w+\): \w+ lives in (\w+)", user)
+        for n, who, city in re.findall(r"(\d+)\. (\w+) lives in (\w+)", user):
+            if new is not None and who == new.group(1):
+                if city == new.group(2):
+                    return json.dumps({"op": "merge", "target": int(n)})
+                return json.dumps({"op": "supersede", "target": int(n), "stmt": f"{who} lives in {new.group(2)}"})
+        return '{"op": "add", "target": null}'
+    return {prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+            prompts.TITLE_SYSTEM: json.dumps({"title": title})}.get(system, "{}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,8 +27,8 @@ import apsw
 import pytest
 from click.testing import CliRunner
 
-from fakes import FakeLLMServer
-from memsif_lite import InvalidInputError, Memory, prompts
+from fakes import FakeLLMServer, lives_in_reply
+from memsif_lite import InvalidInputError, Memory
 from memsif_lite.cli import main
 from memsif_lite.homes import open_memory
 
@@ -44,24 +43,8 @@ CLOCK = {"llm_calls": {"at", "latency_ms"}, "core_facts": {"created_at", "update
 
 
 def answer(req: dict) -> str:
-    """A fake LLM whose replies follow from the prompt alone (so the order files are processed in,
-    or a task run twice, cannot change them): 'I live in X' / 'I moved to X' are facts of their
-    speaker, a new city supersedes the old one, and every message starts a new topic."""
-    system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
-    if system == prompts.EXTRACT_SYSTEM:
-        found = re.findall(r"(\d+)\. \[[\d-]+\] (\w+): I (?:live in|moved to) (\w+)", user.split("excerpt", 1)[-1])
-        return json.dumps({"facts": [{"subject": who, "type": "Identity", "stmt": f"{who} lives in {city}",
-                                      "lines": [int(n)]} for n, who, city in found]})
-    if system == prompts.OPERATION_SYSTEM:
-        new = re.search(r"(\w+) \(\w+\): \w+ lives in (\w+)", user)
-        for n, who, city in re.findall(r"(\d+)\. (\w+) lives in (\w+)", user):
-            if new is not None and who == new.group(1):
-                if city == new.group(2):
-                    return json.dumps({"op": "merge", "target": int(n)})
-                return json.dumps({"op": "supersede", "target": int(n), "stmt": f"{who} lives in {new.group(2)}"})
-        return '{"op": "add", "target": null}'
-    return {prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
-            prompts.TITLE_SYSTEM: '{"title": "Where they live"}'}.get(system, "{}")
+    """A fake LLM whose replies follow from the prompt alone (:func:`fakes.lives_in_reply`)."""
+    return lives_in_reply(req, title="Where they live")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ the real model, a deterministic fake LLM over real HTTP; the log is read from th
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -13,30 +12,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fakes import file_at_schema, raw
-from memsif_lite import Memory, MemoryFileError, prompts
+from fakes import file_at_schema, lives_in_reply, raw
+from memsif_lite import Memory, MemoryFileError
 
 MODEL = "openai/test-model"
 
 
 def deterministic_llm(req: dict) -> str:
-    """A fake LLM that answers from what the prompt says: 'I live in X' / 'I moved to X' are facts
-    of their speaker; a new place of someone who lived elsewhere supersedes it."""
-    system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
-    if system == prompts.EXTRACT_SYSTEM:
-        found = re.findall(r"(\d+)\. \[[\d-]+\] (\w+): I (?:live in|moved to) (\w+)", user.split("excerpt", 1)[-1])
-        return json.dumps({"facts": [{"subject": who, "type": "Identity", "stmt": f"{who} lives in {city}",
-                                      "lines": [int(n)]} for n, who, city in found]})
-    if system == prompts.OPERATION_SYSTEM:
-        new = re.search(r"(\w+) \(\w+\): \w+ lives in (\w+)", user)
-        for n, who, city in re.findall(r"(\d+)\. (\w+) lives in (\w+)", user):
-            if new is not None and who == new.group(1):
-                if city == new.group(2):
-                    return json.dumps({"op": "merge", "target": int(n)})
-                return json.dumps({"op": "supersede", "target": int(n), "stmt": f"{who} lives in {new.group(2)}"})
-        return '{"op": "add", "target": null}'
-    return {prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
-            prompts.TITLE_SYSTEM: '{"title": "Moving"}'}.get(system, "{}")
+    """A fake LLM that answers from what the prompt says (:func:`fakes.lives_in_reply`)."""
+    return lives_in_reply(req)
 
 
 def with_llm(path: Path, embedder, server) -> Memory:
