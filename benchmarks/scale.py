@@ -149,62 +149,86 @@ def _table_bytes(path: Path, n: int) -> dict[str, float]:
     return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 1}
 
 
-def run_size(n: int, workdir: Path, real: str | None = None) -> dict:
+def build(n: int, path: Path, real: str | None = None) -> dict:
+    """Ingest ``n`` messages into ``path`` (through ``Memory.add_many``, 1,000 a call) and save the
+    questions with their vectors beside it (``<path>.queries.npz``) for :func:`measure`."""
     from memsif_lite import Config, Memory
 
     msgs, V, index, queries = generate_real(n, real) if real else generate(n)
     emb = TableEmbedder(V, index)
-    path = workdir / f"scale-{n}.db"
     cfg = Config(sem_low=0.0, sem_high=0.64) if not real else Config()
     t0 = time.perf_counter()
+    c0 = time.process_time()
     with Memory(path, embedder=emb, config=cfg) as mem:
         for start in range(0, n, 1000):
             mem.add_many(msgs[start:start + 1000])
-        ingest_s = time.perf_counter() - t0
-        del msgs
-        ctx_ms, search_ms = [], []
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    np.savez(str(path) + ".queries.npz", vectors=V[[index[q] for q in queries]], questions=np.array(queries),
+             model_id=np.array(emb.model_id), sem=np.array(emb.sem_levels), real=np.array(bool(real)))
+    return {"messages": n, "text": "locomo" if real else "synthetic",
+            "ingest_ms_per_message": round(wall * 1000 / n, 3), "ingest_cpu_ms_per_message": round(cpu * 1000 / n, 3)}
+
+
+def measure(path: Path) -> dict:
+    """Open a file :func:`build` wrote, in a fresh process: the first dense search after opening
+    (it loads the vector cache), ``context`` and ``search`` latency over the saved questions, peak
+    RSS (read before the numpy reference below allocates its matrix), then a numpy float32 scan
+    over the file's own vectors for scale."""
+    from memsif_lite import Config, Memory
+    from memsif_lite.int8 import dequantize
+
+    saved = np.load(str(path) + ".queries.npz")
+    queries = [str(q) for q in saved["questions"]]
+    TableEmbedder.model_id, TableEmbedder.sem_levels = str(saved["model_id"]), tuple(saved["sem"].tolist())
+    emb = TableEmbedder(saved["vectors"], {q: i for i, q in enumerate(queries)})
+    cfg = Config() if bool(saved["real"]) else Config(sem_low=0.0, sem_high=0.64)
+    t0, c0 = time.perf_counter(), time.process_time()
+    with Memory(path, embedder=emb, config=cfg) as mem:
         mem.search(queries[0], k=10)  # the first query loads the vector cache: timed separately
-        load_ms = (time.perf_counter() - t0 - ingest_s) * 1000
+        load_ms, load_cpu_ms = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+        ctx_ms, search_ms, ctx_cpu, search_cpu = [], [], [], []
         for q in queries:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             mem.context(q, budget_tokens=1000)
             ctx_ms.append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
+            ctx_cpu.append((time.process_time() - c) * 1000)
+            t, c = time.perf_counter(), time.process_time()
             mem.search(q, k=10)
             search_ms.append((time.perf_counter() - t) * 1000)
+            search_cpu.append((time.process_time() - c) * 1000)
         stats = mem.stats()
         cache_bytes = sum(c.nbytes for c in mem._db.caches)  # benchmark-only peek: all vector caches
-    # closing the last connection checkpointed the WAL: the file's size is the data's
-    M = V[:len(V) - len(queries)]
-    if real:  # the replicated rows, as the file holds them
-        M = V[[i % (len(V) - len(queries)) for i in range(n)]]
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        codes = [np.frombuffer(r[0], dtype=np.int8) for r in mem._db.con.execute("SELECT embedding FROM message_vec")]
+    M = dequantize(np.stack(codes))
+    del codes
     brute = []
-    for q in queries:
-        qv = V[index[q]]
+    for qv in saved["vectors"]:
         t = time.perf_counter()
         s = M @ qv
         top = np.argpartition(-s, 10)[:10]
         top[np.argsort(-s[top])]
         brute.append((time.perf_counter() - t) * 1000)
+    n = len(M)
     size = path.stat().st_size
     scan = float(np.percentile(brute, 50))
+
+    def p(xs: list[float], q: int) -> float:
+        return round(float(np.percentile(xs, q)), 2)
     return {
-        "messages": n,
-        "text": "locomo" if real else "synthetic",
-        "ingest_ms_per_message": round(ingest_s * 1000 / n, 3),
-        "query_ms_p50": round(float(np.percentile(ctx_ms, 50)), 2),
-        "query_ms_p95": round(float(np.percentile(ctx_ms, 95)), 2),
-        "search_ms_p50": round(float(np.percentile(search_ms, 50)), 2),
-        "search_ms_p95": round(float(np.percentile(search_ms, 95)), 2),
+        "query_ms_p50": p(ctx_ms, 50), "query_ms_p95": p(ctx_ms, 95),
+        "query_cpu_ms_p50": p(ctx_cpu, 50), "query_cpu_ms_p95": p(ctx_cpu, 95),
+        "search_ms_p50": p(search_ms, 50), "search_ms_p95": p(search_ms, 95),
+        "search_cpu_ms_p50": p(search_cpu, 50), "search_cpu_ms_p95": p(search_cpu, 95),
         "numpy_bruteforce_ms_p50": round(scan, 3),
-        "context_over_scan": round(float(np.percentile(ctx_ms, 50)) / scan, 2),
-        "search_over_scan": round(float(np.percentile(search_ms, 50)) / scan, 2),
-        "first_search_ms": round(load_ms, 1),
+        "context_over_scan": round(p(ctx_ms, 50) / scan, 2),
+        "search_over_scan": round(p(search_ms, 50) / scan, 2),
+        "first_search_ms": round(load_ms, 1), "first_search_cpu_ms": round(load_cpu_ms, 1),
         "vector_cache_mb": round(cache_bytes / 1e6, 1),
         "file_bytes": size,
         "bytes_per_message": round(size / n),
         "bytes_per_message_by_table": _table_bytes(path, n),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "peak_rss_mb": round(rss, 1),
         "segments": stats["segments"],
         "trajectories": stats["trajectories"],
     }
@@ -216,28 +240,41 @@ def main() -> None:
     ap.add_argument("--real", default=None, help="a LoCoMo folder: replicate its turns instead of synthetic text")
     ap.add_argument("--out", required=True)
     ap.add_argument("--keep", default=None, help="keep the memory files in this folder (e.g. for fts_variants.py)")
-    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child run: one size, JSON out
+    ap.add_argument("--one", choices=("build", "measure"), help=argparse.SUPPRESS)  # a child run, JSON out
+    ap.add_argument("--file", help=argparse.SUPPRESS)
+    ap.add_argument("--measure-only", action="store_true",
+                    help="measure the files --keep already holds (built earlier with the same --messages/--real)")
     args = ap.parse_args()
-    if args.one:
-        with tempfile.TemporaryDirectory() as d:
-            where = Path(args.keep) if args.keep else Path(d)
-            where.mkdir(parents=True, exist_ok=True)
-            print(json.dumps(run_size(int(args.messages), where, args.real)), flush=True)
+    if args.one == "build":
+        print(json.dumps(build(int(args.messages), Path(args.file), args.real)), flush=True)
+        return
+    if args.one == "measure":
+        print(json.dumps(measure(Path(args.file))), flush=True)
         return
     runs = []
-    for n in (int(x) for x in args.messages.split(",")):
-        cmd = [sys.executable, __file__, "--one", "--messages", str(n), "--out", "-"]
-        if args.real:
-            cmd += ["--real", args.real]
-        if args.keep:
-            cmd += ["--keep", args.keep]
-        # one BLAS thread for the cache and the numpy reference alike: on a shared 2-core machine a
-        # multithreaded BLAS swings the reference scan's timing by an order of magnitude
-        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        runs.append(r)
-        print(json.dumps(r), flush=True)
+    # one BLAS thread for the cache and the numpy reference alike: on a shared 2-core machine a
+    # multithreaded BLAS swings the reference scan's timing by an order of magnitude
+    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}
+    with tempfile.TemporaryDirectory() as d:
+        where = Path(args.keep) if args.keep else Path(d)
+        where.mkdir(parents=True, exist_ok=True)
+        for n in (int(x) for x in args.messages.split(",")):
+            path = where / f"scale-{n}{'-real' if args.real else ''}.db"
+            built_json = Path(str(path) + ".build.json")
+            if not args.measure_only:
+                for stale in (path, Path(str(path) + "-wal"), Path(str(path) + "-shm")):
+                    stale.unlink(missing_ok=True)
+                cmd = [sys.executable, __file__, "--one", "build", "--messages", str(n), "--file", str(path),
+                       "--out", "-"] + (["--real", args.real] if args.real else [])
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+                built_json.write_text(out.strip().splitlines()[-1])
+            r = json.loads(built_json.read_text())
+            # a fresh process: the first query after opening, and peak RSS, are the reader's alone
+            cmd = [sys.executable, __file__, "--one", "measure", "--file", str(path), "--out", "-"]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+            r |= json.loads(out.strip().splitlines()[-1])
+            runs.append(r)
+            print(json.dumps(r), flush=True)
     Path(args.out).write_text(json.dumps({"runs": runs, "machine": machine(),
                                           "date": time.strftime("%Y-%m-%d")}, indent=2))
     print("| messages | text | ingest ms/msg | context ms p50/p95 | search ms p50/p95 | numpy scan ms p50 "
