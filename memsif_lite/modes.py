@@ -34,6 +34,8 @@ class Mode:
         self._raise_background_error()
         if self.mode == "inline" and not self.offline:
             self.worker.run()
+        elif self.mode == "inline":
+            self.worker.refresh_partition()
         elif self.background is not None:
             self.background.wake()
 

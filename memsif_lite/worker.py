@@ -26,6 +26,8 @@ from .core_facts import CoreFactWriter
 from .db import Database
 from .llm import LLM
 from .lookahead import Lookahead
+from .partition import BLOCK_IDS
+from .partitioning import refresh
 from .errors import StaleError
 from .segments import SegmentBuilder
 from .steps import STEPS, Outcome, Registry, Runner, StepKind, Tools
@@ -96,5 +98,13 @@ class Worker:
             if self.llm is not None:
                 self.llm.settle()
                 self.lookahead.settle()
+        if not (stop is not None and stop()):  # then the dense partition (a share of the time left)
+            left = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
+            refresh(self.db, max_seconds=left, min_pending=BLOCK_IDS)
         pending, _ = self.db.queue.backlog()
         return ProcessReport(done, pending, time.perf_counter() - t0, stale, aside)
+
+    def refresh_partition(self) -> None:
+        """After an offline inline ``add``: the dense partition, once a block of messages waits for
+        lists (or training is due), for at most a second of listing."""
+        refresh(self.db, max_seconds=1.0, min_pending=BLOCK_IDS)

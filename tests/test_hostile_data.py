@@ -172,8 +172,9 @@ def test_an_older_file_gets_its_high_water_marks(memory, db):
     with memory() as mem:
         _two(mem)
     con = apsw.Connection(str(db))
-    con.execute("DELETE FROM meta WHERE key IN ('message_id_high', 'fact_id_high', 'file_id'); "
-                "DROP TABLE session_items; DROP TABLE change_facts; DROP TABLE change_log; "
+    con.execute("DELETE FROM meta WHERE key IN ('message_id_high', 'fact_id_high', 'file_id', 'partition_stamp'); "
+                "DROP TABLE vector_lists; DROP TABLE vector_partition; DROP TABLE session_items; "
+                "DROP TABLE change_facts; DROP TABLE change_log; "
                 "DROP INDEX messages_known_at; "
                 "ALTER TABLE messages DROP COLUMN known_at; PRAGMA user_version=9")  # as schema 9 was
     con.close()

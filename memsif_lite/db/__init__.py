@@ -14,6 +14,7 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``changes``   — the change log (``facts`` tells it what every CoreFact write touches)
 * ``overview``  — whole-file listings for the HTML view (:mod:`memsif_lite.view`)
 * ``items``     — session items: non-chat JSON kept with a session, never indexed
+* ``partition`` — the dense partition of message vectors (centroids, each message's list)
 
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
@@ -36,6 +37,7 @@ from .items import ItemRow, SessionItems
 from .merge import MergeRows, Tombstones
 from .messages import Messages, to_message
 from .overview import Overview
+from .partition import PartitionRows
 from .queue import Queue, QueuedStep
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
@@ -65,6 +67,7 @@ class Database:
         self.merge = MergeRows(con, self.caches)
         self.overview = Overview(con)
         self.items = SessionItems(con)
+        self.partition = PartitionRows(con, dim)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:

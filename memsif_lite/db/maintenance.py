@@ -25,6 +25,7 @@ from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
 from .messages import id_problems, index_fulltext, malformed_times, unindex_fulltext
+from .partition import partition_problems
 from .queue import malformed_steps
 from .structure import malformed_units
 
@@ -230,6 +231,7 @@ def check_connection(con: Any) -> list[str]:
     if fk:
         problems.append(f"{len(fk)} rows reference missing rows (first: {fk[0][0]})")
     problems += malformed_times(con) + malformed_units(con, dim) + malformed_steps(con)[:20] + id_problems(con)
+    problems += partition_problems(con, dim)
     return problems
 
 

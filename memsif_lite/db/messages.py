@@ -92,11 +92,12 @@ def cached_search(con: Any, cache: VectorCache, qvec: np.ndarray, depth: int,
     ``allowed`` exactly): the caller asks vec0, which gives the same ranking."""
     if not cache.usable():
         return None
+    times = allowed is not None and allowed.timed
     if con.get_autocommit():
         with con:
-            cache.sync()
+            cache.sync(times=times)
     else:
-        cache.sync()
+        cache.sync(times=times)
     return cache.search(qvec, depth, allowed) if cache.usable(allowed) else None
 
 

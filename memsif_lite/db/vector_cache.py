@@ -33,14 +33,21 @@ source of truth; the cache is a view of it that is checked before every query.
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import apsw
 import numpy as np
 
 from ..int8 import cosine_distances, quantize
+from .. import partition as dense
+from ..partition import NONE, Centroids, probe
+from .partition import PartitionRows
 
 __all__ = ["VectorCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
+
+log = logging.getLogger("memsif_lite")
 
 #: rows dequantised at a time (fits the CPU cache; larger blocks measured slower)
 BLOCK = 1024
@@ -95,6 +102,13 @@ class VectorCache:
         self._hw = 0                    # every id <= _hw committed by others is in the cache
         self._staged: list[tuple[str, int, np.ndarray | None, str | None]] = []
         self._scratch = np.empty((BLOCK, dim), dtype=np.float32)
+        self._lists = np.empty(0, dtype=np.uint16)  # message cache: each row's list in the partition
+        self._part = PartitionRows(con, dim)
+        self._stamp: str | None = None  # partition_stamp at the last load of the lists
+        self._centroids: Centroids | None = None
+        self._by_id = np.empty(0, dtype=np.uint16)  # the file's lists, indexed by message id
+        self._index: _Index | None = None
+        self._times_loaded = False
         self._others = True
         self._in_txn = False            # inside this process's write transaction (begin .. commit/rollback)
         self._read_in_txn = False       # and rows were loaded during it
@@ -152,8 +166,8 @@ class VectorCache:
                     last = self._n - 1
                     self._codes[i], self._ids[i], self._sq[i] = self._codes[last], self._ids[last], self._sq[last]
                     if self.append_only:
-                        self._times[i] = self._times[last]
-                    self._n = last
+                        self._times[i], self._lists[i] = self._times[last], self._lists[last]
+                    self._n, self._index = last, None
                 if self.append_only:
                     self._epoch = str(int(self._epoch) + 1)
             elif op == "set" and len(at):
@@ -178,25 +192,39 @@ class VectorCache:
         needs every row's time: known only once loaded, so ask again after :meth:`sync`)."""
         if self._disabled or (self._staged and (not self._loaded or self._others)):
             return False
-        return allowed is None or not allowed.timed or (self.append_only and self._timed and all(
+        return allowed is None or not allowed.timed or (self.append_only and self._times_loaded and self._timed and all(
             op != "add" or _time_code([when]) is not None for op, _, _, when in self._staged))
 
-    def sync(self) -> None:
-        """Bring the cache up to the caller's read snapshot (call inside one)."""
+    def sync(self, *, times: bool = False) -> None:
+        """Bring the cache up to the caller's read snapshot (call inside one); ``times``: also hold
+        every message's time (loaded at the first time-filtered search, not before)."""
         epoch = self._file_epoch()  # first: starts the snapshot, so data_version below is current
         dv = self._data_version()
-        if self._loaded and dv == self._dv:
-            return
-        present: set[int] = set()
+        stamp = self._part.stamp() if self.append_only else None  # this process's own writes too
+        if not (self._loaded and dv == self._dv):
+            self._sync_rows(epoch)
+            self._dv, self._epoch, self._loaded = dv, epoch, True
+            self._read_in_txn = self._read_in_txn or self._in_txn
+            if self.nbytes > MAX_BYTES:
+                self._disabled = True
+                self._reset()
+                return
+        if self.append_only and (stamp != self._stamp or len(self._by_id) <= int(self._hw)):
+            self._load_lists(stamp)
+        if times and self.append_only and not self._times_loaded:
+            self._load_times()
+
+    def _sync_rows(self, epoch: str) -> None:
         if not self._loaded or epoch != self._epoch or not self.append_only:
             self._reset()
-            cur = self.con.execute(  # a vector without its message (a damaged file) reads no time
-                "SELECT v.rowid, v.embedding, m.at FROM message_vec v LEFT JOIN messages m ON m.id=v.rowid"
-                if self.append_only else f"SELECT rowid, embedding, NULL FROM {self.table}")
-        else:
-            cur = self.con.execute("SELECT m.id, v.embedding, m.at FROM messages m JOIN message_vec v "
-                                   "ON v.rowid=m.id WHERE m.id > ?", (self._hw,))
-            present = set(self._ids[:self._n][self._ids[:self._n] > self._hw].tolist())
+            if not self._load_chunks():
+                self._load_rows(self.con.execute(f"SELECT rowid, embedding, NULL FROM {self.table}"), set())
+            return
+        cur = self.con.execute("SELECT m.id, v.embedding, m.at FROM messages m JOIN message_vec v "
+                               "ON v.rowid=m.id WHERE m.id > ?", (self._hw,))
+        self._load_rows(cur, set(self._ids[:self._n][self._ids[:self._n] > self._hw].tolist()))
+
+    def _load_rows(self, cur: Any, present: set[int]) -> None:
         while batch := list(itertools.islice(cur, 4096)):  # in batches: no large transient copy
             rows = [r for r in batch if r[0] not in present]
             if not rows:
@@ -205,18 +233,90 @@ class VectorCache:
             codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), self.dim)
             self._append(ids, codes, [r[2] for r in rows] if self.append_only else None)
             self._hw = max(self._hw, int(ids.max()))
-        self._dv, self._epoch, self._loaded = dv, epoch, True
-        self._read_in_txn = self._read_in_txn or self._in_txn
-        if self.nbytes > MAX_BYTES:
-            self._disabled = True
+
+    def _load_chunks(self) -> bool:
+        """Load every row from vec0's own storage (its chunks: a validity bitmap, the rowids and the
+        int8 codes of up to ``chunk_size`` rows a row), exactly what vec0's scans read, in a few
+        large reads instead of a row at a time; False (nothing loaded) when the chunks do not
+        look as sqlite-vec 0.1 writes them, and the caller reads row by row."""
+        t = self.table
+        try:
+            total = int(self.con.execute(f"SELECT count(*) FROM {t}_rowids").fetchone()[0])
+            cur = self.con.execute(f"SELECT c.size, c.validity, c.rowids, v.vectors FROM {t}_chunks c "
+                                   f"JOIN {t}_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id")
+            self._grow(total)
+            n = 0
+            for size, validity, rowids, vectors in cur:
+                if not (isinstance(size, int) and size > 0 and isinstance(validity, bytes) and isinstance(rowids, bytes)
+                        and isinstance(vectors, bytes) and len(validity) * 8 >= size and len(rowids) == 8 * size
+                        and len(vectors) == size * self.dim):
+                    raise ValueError(f"{t}: a chunk of an unexpected shape")
+                valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
+                m = int(valid.sum())
+                if n + m > total:
+                    raise ValueError(f"{t}: more valid rows in the chunks than rowids")
+                self._ids[n:n + m] = np.frombuffer(rowids, dtype="<i8")[valid]
+                self._codes[n:n + m] = np.frombuffer(vectors, dtype=np.int8).reshape(size, self.dim)[valid]
+                n += m
+            if n != total:
+                raise ValueError(f"{t}: {n} valid rows in the chunks, {total} rowids")
+        except (apsw.SQLError, ValueError) as e:
+            log.info("vector cache: reading %s row by row (%s)", t, e)
             self._reset()
+            return False
+        self._sq[:n] = _squared_norms(self._codes[:n])
+        if self.append_only:
+            self._times[:n] = b""
+            self._lists[:n] = NONE
+        self._n = n
+        self._hw = int(self._ids[:n].max(initial=0))
+        return True
+
+    def _load_times(self) -> None:
+        """Every cached message's time (a vector without its message, or a time that cannot be
+        compared exactly here, turns time windows over to vec0)."""
+        n = self._n
+        order = np.argsort(self._ids[:n], kind="stable")
+        sorted_ids = self._ids[:n][order]
+        found = np.zeros(n, dtype=bool)
+        cur = self.con.execute("SELECT id, at FROM messages ORDER BY id")
+        while batch := list(itertools.islice(cur, 65536)):
+            ids = np.fromiter((r[0] for r in batch), dtype=np.int64, count=len(batch))
+            at = np.searchsorted(sorted_ids, ids)
+            hit = at < n
+            hit[hit] = sorted_ids[at[hit]] == ids[hit]
+            if not hit.any():
+                continue
+            held = _time_code([r[1] for r, h in zip(batch, hit, strict=True) if h])
+            if held is None:
+                self._timed = False
+                continue
+            self._times[order[at[hit]]] = held
+            found[order[at[hit]]] = True
+        if not found.all():
+            self._timed = False
+        self._times_loaded = True
+
+    def _load_lists(self, stamp: str | None) -> None:
+        """The partition's centroids and each cached row's list, as the file holds them now."""
+        self._stamp, self._index = stamp, None
+        self._centroids = None if stamp is None else self._part.current()
+        if self._centroids is None:
+            self._by_id = np.empty(0, dtype=np.uint16)
+            self._lists[:self._n] = NONE
+            return
+        self._by_id = self._part.lists_by_id(self._centroids, max(self._hw, 0))
+        ids = self._ids[:self._n]
+        known = ids < len(self._by_id)
+        self._lists[:self._n] = NONE
+        self._lists[:self._n][known] = self._by_id[ids[known]]
 
     def search(self, qvec: np.ndarray, k: int, allowed: Allowed | None = None) -> list[tuple[int, float]]:
         """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id; only
         among the rows ``allowed`` admits, when given (check :meth:`usable` with it first); inside
         this process's write transaction, with what it staged (rows set, added, deleted)."""
         qf = quantize(qvec).astype(np.float32)  # the query quantised as sqlite-vec does
-        rows = None if allowed is None else self._allowed_rows(allowed)
+        rows = self._probed_rows(qf, k) if allowed is None else self._allowed_rows(allowed)
         if not self._staged:
             return self._search_rows(qf, k, rows)
         latest: dict[int, tuple[np.ndarray | None, str | None]] = {}
@@ -230,6 +330,21 @@ class VectorCache:
             dist = cosine_distances(codes.astype(np.float32) @ qf, _squared_norms(codes), float(qf @ qf))
             hits += [(rid, float(d)) for (rid, _), d in zip(live, dist, strict=True)]
         return sorted(hits, key=lambda h: (h[1], h[0]))[:k]
+
+    def _probed_rows(self, qf: np.ndarray, k: int) -> np.ndarray | None:
+        """Positions of the rows an unfiltered search scans: all (None) below ``MIN_ROWS`` or
+        without a partition; else those of the nearest lists holding ``SCAN_SHARE`` of the rows
+        (at least 64 per result asked), and every row with no list yet."""
+        if self._centroids is None or self._n < dense.MIN_ROWS or not self.append_only:
+            return None
+        ix = self._index
+        if ix is None or self._n - ix.n > max(4096, ix.n // 20):  # rows appended since: scanned as they are
+            ix = self._index = _Index.build(self._lists[:self._n], self._centroids.lists)
+        chosen = probe(self._centroids.vectors, ix.sizes, qf, max(int(dense.SCAN_SHARE * self._n), 64 * k))
+        parts = [ix.order[ix.starts[j]:ix.starts[j + 1]] for j in chosen.tolist()]
+        rows = np.concatenate(parts + [ix.unlisted, np.arange(ix.n, self._n)])
+        rows.sort()  # in memory order: the gather reads forward
+        return rows
 
     def _allowed_rows(self, allowed: Allowed) -> np.ndarray:
         """Positions of the cached rows ``allowed`` admits (one vectorised comparison per criterion)."""
@@ -271,7 +386,8 @@ class VectorCache:
     @property
     def nbytes(self) -> int:
         """Memory held (allocated capacity of codes, ids and norms, plus the scratch block)."""
-        return self._codes.nbytes + self._ids.nbytes + self._sq.nbytes + self._times.nbytes + self._scratch.nbytes
+        return (self._codes.nbytes + self._ids.nbytes + self._sq.nbytes + self._times.nbytes + self._lists.nbytes
+                + self._by_id.nbytes + self._scratch.nbytes + (0 if self._index is None else self._index.nbytes))
 
     @property
     def size(self) -> int:
@@ -290,25 +406,35 @@ class VectorCache:
         self._ids = np.empty(0, dtype=np.int64)
         self._sq = np.empty(0, dtype=np.float64)
         self._times = np.empty(0, dtype=f"S{TIME_BYTES}")
+        self._lists = np.empty(0, dtype=np.uint16)
         self._n, self._hw, self._loaded, self._timed = 0, 0, False, True
+        self._times_loaded, self._index = False, None
+
+    def _grow(self, need: int) -> None:
+        """Room for ``need`` rows (a quarter more than asked when it grows by appends)."""
+        if need <= len(self._ids):
+            return
+        cap = need if self._n == 0 else max(need, int(len(self._ids) * 1.25) + 256)
+        arrays: list[tuple[str, tuple[int, ...], Any]] = [
+            ("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64), ("_sq", (cap,), np.float64)]
+        if self.append_only:
+            arrays += [("_times", (cap,), np.dtype(f"S{TIME_BYTES}")), ("_lists", (cap,), np.uint16)]
+        for name, shape, dt in arrays:
+            new = np.empty(shape, dtype=dt)
+            new[:self._n] = getattr(self, name)[:self._n]
+            setattr(self, name, new)
 
     def _append(self, ids: np.ndarray, codes: np.ndarray, times: Sequence[Any] | None) -> None:
         """Rows at the end; ``times``: their messages' stored times (message cache only)."""
         need = self._n + len(ids)
-        if need > len(self._ids):
-            cap = max(need, int(len(self._ids) * 1.25) + 256)
-            arrays: list[tuple[str, tuple[int, ...], Any]] = [
-                ("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64), ("_sq", (cap,), np.float64)]
-            if self.append_only:
-                arrays.append(("_times", (cap,), np.dtype(f"S{TIME_BYTES}")))
-            for name, shape, dt in arrays:
-                new = np.empty(shape, dtype=dt)
-                new[:self._n] = getattr(self, name)[:self._n]
-                setattr(self, name, new)
+        self._grow(need)
         self._codes[self._n:need] = codes
         self._ids[self._n:need] = ids
         self._sq[self._n:need] = _squared_norms(codes)
         if self.append_only:
+            known = ids < len(self._by_id)
+            self._lists[self._n:need] = NONE
+            self._lists[self._n:need][known] = self._by_id[ids[known]]
             held = _time_code(times) if times is not None else None
             if held is None:  # a time that cannot be compared exactly here: time windows go to vec0
                 self._timed = False
@@ -316,6 +442,29 @@ class VectorCache:
             else:
                 self._times[self._n:need] = held
         self._n = need
+
+@dataclass(frozen=True)
+class _Index:
+    """The cache's first ``n`` rows grouped by list: ``order[starts[j]:starts[j + 1]]`` are the
+    positions of list ``j``'s rows (``sizes[j]`` of them); ``unlisted`` those with no list."""
+
+    n: int
+    order: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+    unlisted: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.order.nbytes + self.starts.nbytes + self.sizes.nbytes + self.unlisted.nbytes
+
+    @classmethod
+    def build(cls, lists: np.ndarray, count: int) -> _Index:
+        order = np.argsort(lists, kind="stable")  # NONE (65535) sorts last
+        listed = lists != NONE
+        sizes = np.bincount(lists[listed], minlength=count)[:count]
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        return cls(len(lists), order, starts, sizes, order[int(starts[-1]):])
 
 
 def _time_code(times: Sequence[Any]) -> np.ndarray | None:

@@ -1,0 +1,161 @@
+"""vector_partition, vector_lists: the dense partition of message vectors as the file keeps it
+(``sql/0015_vector_partition.sql``; what it is for: :mod:`memsif_lite.partition`). Everything read
+here is checked before it is used: a damaged row is read as "no partition" / "no list", which costs
+recall only, and ``memsif check`` names it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..partition import BLOCK_IDS, NONE, Centroids
+from .base import Table
+
+__all__ = ["PartitionRows", "partition_problems"]
+
+
+def _stamp(con: Any) -> str | None:
+    row = con.execute("SELECT value FROM meta WHERE key='partition_stamp'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def _centroids(con: Any, dim: int) -> tuple[Centroids | None, str | None]:
+    """The current version's centroids, or None with why (None, None: there is none)."""
+    rows = con.execute("SELECT version, trained_rows, lists, dim, centroids, assigned_through "
+                       "FROM vector_partition").fetchall()
+    if not rows:
+        return None, None
+    if len(rows) > 1:
+        return None, f"vector_partition holds {len(rows)} versions (one expected)"
+    version, trained, lists, d, blob, through = rows[0]
+    if not all(isinstance(v, int) for v in (version, trained, lists, d, through)) or not isinstance(blob, bytes):
+        return None, "vector_partition: a value of the wrong type"
+    if d != dim or not 1 <= lists < NONE or trained < 1 or len(blob) != lists * dim * 4:
+        return None, f"vector_partition: {lists} lists of dimension {d} do not fit its {len(blob)} bytes " \
+                     f"or the file's dimension {dim}"
+    vectors = np.frombuffer(blob, dtype="<f4").reshape(lists, dim).astype(np.float32)
+    if not np.all(np.isfinite(vectors)):
+        return None, "vector_partition: a centroid is not finite"
+    return Centroids(int(version), int(trained), vectors, int(through)), None
+
+
+def _block(blob: Any, lists: int) -> np.ndarray | None:
+    if not isinstance(blob, bytes) or len(blob) != 2 * BLOCK_IDS:
+        return None
+    a = np.frombuffer(blob, dtype="<u2").astype(np.uint16)
+    return a if bool(np.all((a < lists) | (a == NONE))) else None
+
+
+class PartitionRows(Table):
+    def __init__(self, con: Any, dim: int):
+        super().__init__(con)
+        self.dim = dim
+
+    def present(self) -> bool:
+        """The file has the partition's tables (schema 15 on)."""
+        return _stamp(self.con) is not None
+
+    def stamp(self) -> str | None:
+        """Changes with every write to the partition (None: an older schema without one)."""
+        return _stamp(self.con)
+
+    def max_message_id(self) -> int:
+        return int(self.con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+
+    def message_ids(self) -> np.ndarray:
+        """Every message id that has a vector, ascending."""
+        return np.fromiter((r[0] for r in self.con.execute("SELECT id FROM messages ORDER BY id")), dtype=np.int64)
+
+    def codes_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int8 codes) of those of ``ids`` that have a vector."""
+        got: list[tuple[int, bytes]] = []
+        for s in range(0, len(ids), 500):
+            part = ids[s:s + 500].tolist()
+            got += self.con.execute("SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
+                                    f"WHERE m.id IN ({','.join('?' * len(part))})", part).fetchall()
+        return self._codes(got)
+
+    def codes_after(self, through: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int8 codes) of the first ``limit`` messages with an id above ``through``, by id."""
+        return self._codes(self.con.execute(
+            "SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id WHERE m.id > ? "
+            "ORDER BY m.id LIMIT ?", (through, limit)).fetchall())
+
+    def pending(self, through: int) -> int:
+        """Messages with an id above ``through`` (waiting for a list)."""
+        return int(self.con.execute("SELECT count(*) FROM messages WHERE id > ?", (through,)).fetchone()[0])
+
+    def _codes(self, rows: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        rows = [r for r in rows if isinstance(r[1], bytes) and len(r[1]) == self.dim]
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), self.dim)
+        return ids, codes
+
+    def version(self) -> int | None:
+        row = self.con.execute("SELECT max(version) FROM vector_partition").fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def current(self) -> Centroids | None:
+        """The current lists, or None (none trained yet, or damaged)."""
+        return _centroids(self.con, self.dim)[0]
+
+    def lists_by_id(self, current: Centroids, max_id: int) -> np.ndarray:
+        """Each message id's list (``NONE`` where it has none under ``current``, or its block is
+        damaged), indexed by id, for ids 0..``max_id``."""
+        out = np.full(max_id + 1, NONE, dtype=np.uint16)
+        for block, blob in self.con.execute("SELECT block, lists FROM vector_lists WHERE version=? AND block<=?",
+                                            (current.version, max_id // BLOCK_IDS)):
+            a = _block(blob, current.lists) if isinstance(block, int) and block >= 0 else None
+            if a is not None:
+                lo = block * BLOCK_IDS
+                out[lo:lo + BLOCK_IDS] = a[:len(out) - lo]
+        return out
+
+    def replace(self, trained_rows: int, vectors: np.ndarray) -> int:
+        """New lists (in the caller's transaction): the old version and its blocks go; returns the version."""
+        version = (self.version() or 0) + 1
+        self.con.execute("DELETE FROM vector_partition")
+        self.con.execute("DELETE FROM vector_lists")
+        self.con.execute("INSERT INTO vector_partition(version, trained_rows, lists, dim, centroids) VALUES(?,?,?,?,?)",
+                         (version, trained_rows, len(vectors), vectors.shape[1], vectors.astype("<f4").tobytes()))
+        self._bump()
+        return version
+
+    def set_lists(self, version: int, ids: np.ndarray, lists: np.ndarray) -> None:
+        """Give messages ``ids`` (ascending) their ``lists``, and mark every id up to the last one
+        done (in the caller's transaction)."""
+        for b in np.unique(ids // BLOCK_IDS).tolist():
+            sel = (ids >= b * BLOCK_IDS) & (ids < (b + 1) * BLOCK_IDS)
+            self._set_block(b, version, ids[sel] - b * BLOCK_IDS, lists[sel])
+        self.con.execute("UPDATE vector_partition SET assigned_through=max(assigned_through, ?) WHERE version=?",
+                         (int(ids[-1]), version))
+
+    def _set_block(self, block: int, version: int, offsets: np.ndarray, lists: np.ndarray) -> None:
+        row = self.con.execute("SELECT lists FROM vector_lists WHERE block=? AND version=?",
+                               (block, version)).fetchone()
+        held = None if row is None else _block(row[0], NONE)
+        a = np.full(BLOCK_IDS, NONE, dtype=np.uint16) if held is None else held.copy()
+        a[offsets] = lists
+        self.con.execute("INSERT INTO vector_lists(block, version, lists) VALUES(?,?,?) ON CONFLICT(block) "
+                         "DO UPDATE SET version=excluded.version, lists=excluded.lists",
+                         (block, version, a.astype("<u2").tobytes()))
+        self._bump()
+
+    def _bump(self) -> None:
+        self.con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='partition_stamp'")
+
+
+def partition_problems(con: Any, dim: int) -> list[str]:
+    """``memsif check``: a damaged partition (it only costs recall; ``memsif process`` rebuilds it)."""
+    if _stamp(con) is None:
+        return []
+    current, why = _centroids(con, dim)
+    out = [f"{why} (dense search scans every row; `memsif process` trains it again)"] if why else []
+    if current is not None:
+        bad = [b for b, blob in con.execute("SELECT block, lists FROM vector_lists WHERE version=?", (current.version,))
+               if not isinstance(b, int) or b < 0 or _block(blob, current.lists) is None]
+        if bad:
+            out.append(f"{len(bad)} blocks of vector_lists are damaged (first: {bad[0]}); their messages are "
+                       "scanned every time until `memsif process` lists them again")
+    return out

@@ -1,0 +1,78 @@
+"""Keeping the dense partition of message vectors (:mod:`memsif_lite.partition`) up to date in
+the file: :func:`refresh`, run by ``Memory.process``, the background worker and offline inline
+``add``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import partition as dense
+from .db import Database
+
+__all__ = ["refresh", "RefreshReport"]
+
+log = logging.getLogger("memsif_lite")
+
+
+@dataclass(frozen=True)
+class RefreshReport:
+    trained: bool
+    assigned: int
+    pending: int
+
+
+def refresh(db: Database, *, max_seconds: float | None = None, min_pending: int = 1) -> RefreshReport:
+    """Bring the file's partition up to date, as far as ``max_seconds`` allows (training, when due,
+    is done whole): train new lists when due, then give the messages stored since their lists,
+    :data:`~memsif_lite.partition.BATCH` at a time, each batch in its own short write transaction; nothing when fewer
+    than ``min_pending`` wait and no training is due. Reads what it needs from the file (no vector
+    cache). Never inside a transaction; safe to stop anywhere and to run in several processes."""
+    t0 = time.perf_counter()
+    rows = db.partition
+    if db.in_transaction or not rows.present():
+        return RefreshReport(False, 0, 0)
+    with db.read():
+        top, current, version = rows.max_message_id(), rows.current(), rows.version()
+    trained = False
+    if top >= dense.MIN_ROWS and (current is None or top >= dense.GROWTH * current.trained_rows):
+        with db.read():
+            ids = rows.message_ids()
+            n = len(ids)
+            due = n >= dense.MIN_ROWS and (current is None or n >= dense.GROWTH * current.trained_rows)
+            if due:
+                lists = dense.list_count(n)
+                size = min(n, dense.MAX_SAMPLE, dense.SAMPLE_PER_LIST * lists)
+                sample = np.sort(np.random.default_rng(n).choice(ids, size, replace=False))
+                codes = rows.codes_of(sample)[1]
+        if due:
+            vectors = dense.train(codes, lists)
+            with db.write():
+                if rows.version() != version:
+                    return RefreshReport(False, 0, 0)  # another process trained meanwhile: its lists stand
+                version = rows.replace(n, vectors)
+            current, trained = dense.Centroids(version, n, vectors), True
+            log.info("dense partition: %d lists trained on %d message vectors", lists, n)
+    if current is None:
+        return RefreshReport(trained, 0, 0)
+    through = current.assigned_through
+    with db.read():
+        pending = rows.pending(through)
+    if pending < min_pending:
+        return RefreshReport(trained, 0, pending)
+    done = 0
+    while max_seconds is None or time.perf_counter() - t0 < max_seconds:
+        with db.read():
+            ids, codes = rows.codes_after(through, dense.BATCH)
+        if not len(ids):
+            break
+        lists_of = dense.assign(codes, current.vectors)
+        with db.write():
+            if rows.version() != current.version:
+                break  # trained again meanwhile: the next refresh lists the messages under the new lists
+            rows.set_lists(current.version, ids, lists_of)
+        through, done = int(ids[-1]), done + len(ids)
+    return RefreshReport(trained, done, max(0, pending - done))

@@ -1,0 +1,251 @@
+"""The dense partition of message vectors (issue 31, ``memsif_lite.partition``): lists trained
+and kept in the file, searches that scan only the nearest lists and rank them exactly, and a
+partition that can only ever cost recall — damaged, stale, cut by kill -9, merged — never a wrong
+row. The thresholds are lowered here (the module's constants) so that small files are partitioned."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+from fakes import FakeEmbedder, raw
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memsif_lite import Memory, partition
+from memsif_lite.partitioning import refresh
+from memsif_lite.db.vector_cache import VectorCache
+
+TESTS = Path(__file__).resolve().parent
+TOPICS = 40
+
+
+def conversation(n: int, start: int = 0) -> list[dict]:
+    """Topical stretches: each message has three words of its topic and two of its own."""
+    rng = np.random.default_rng(start)
+    out = []
+    for i in range(start, start + n):
+        k = (i // 6) % TOPICS
+        words = [f"t{k}w{j}" for j in rng.integers(0, 4, size=3)] + [f"x{rng.integers(0, 500)}", f"y{i}"]
+        out.append({"speaker": "Ana" if i % 2 else "Ben", "text": " ".join(words)})
+    return out
+
+
+@pytest.fixture
+def small_partition(monkeypatch):
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+    monkeypatch.setattr(partition, "SCAN_SHARE", 0.25)
+
+
+@pytest.fixture
+def filled(small_partition, memory):
+    mem = memory()
+    for s in range(0, 2400, 600):
+        mem.add_many(conversation(600, s))
+    refresh(mem._db)
+    return mem
+
+
+def tamper(db: Path, *sql: str) -> None:
+    """Change the file behind memsif's back (a plain connection, as any program could)."""
+    con = apsw.Connection(str(db))
+    try:
+        for q in sql:
+            con.execute(q)
+    finally:
+        con.close()
+
+
+def exact(mem: Memory, qv: np.ndarray, k: int) -> list[tuple[int, float]]:
+    return mem._db.messages.knn("message_vec", qv, k)
+
+
+def query(i: int) -> np.ndarray:
+    return FakeEmbedder().embed([f"t{i % TOPICS}w0 t{i % TOPICS}w1 t{i % TOPICS}w2"], kind="query")[0]
+
+
+def test_lists_are_trained_kept_and_searched_exactly_inside(filled):
+    db = filled._db
+    current = db.partition.current()
+    assert current is not None and current.lists == partition.list_count(current.trained_rows)
+    ids = db.partition.message_ids()
+    assert current.assigned_through == int(ids.max())
+    held = db.partition.lists_by_id(current, int(ids.max()))
+    assert np.all(held[ids] < current.lists)  # every message has its list
+    cache = db.vectors
+    recall = []
+    for i in range(TOPICS):
+        qv = query(i)
+        got = db.messages.nearest(qv, 20)
+        assert cache._index is not None and len(cache._index.order) == len(ids)  # the partition was used
+        truth = dict(exact(filled, qv, len(ids)))
+        assert [d for _, d in got] == sorted(d for _, d in got)
+        for mid, d in got:  # each hit is a real row at its exact distance
+            assert truth[mid] == pytest.approx(d, abs=1e-6)
+        top = exact(filled, qv, 20)
+        recall.append(len({m for m, _ in got} & {m for m, _ in top}) / 20)
+    assert np.mean(recall) >= 0.9, recall
+
+
+def test_scanning_every_list_is_the_exact_ranking(filled, monkeypatch):
+    monkeypatch.setattr(partition, "SCAN_SHARE", 1.0)
+    for i in range(0, TOPICS, 7):
+        assert filled._db.messages.nearest(query(i), 30) == exact(filled, query(i), 30)
+
+
+def test_a_message_without_a_list_is_always_scanned(filled, monkeypatch):
+    monkeypatch.setattr(partition, "SCAN_SHARE", 0.0)  # only the nearest list, and what has none
+    mid = filled.add("Ana", "t3w0 t3w1 t3w2")  # inline refresh waits for a block: no list yet
+    assert filled._db.partition.current().assigned_through < mid
+    hits = filled._db.messages.nearest(query(3), 5)
+    assert hits[0] == exact(filled, query(3), 1)[0] and hits[0][0] == mid
+
+
+def test_forgotten_messages_never_come_back(filled):
+    hits = filled._db.messages.nearest(query(5), 10)
+    gone = [m for m, _ in hits[:4]]
+    for m in gone:
+        filled.forget(message_id=m)
+    again = filled._db.messages.nearest(query(5), 10)
+    assert not set(gone) & {m for m, _ in again}
+    assert filled._db.vectors._index is not None  # rebuilt after the deletions, still used
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(share=st.floats(0.0, 1.0), k=st.integers(1, 60), topic=st.integers(0, TOPICS - 1))
+def test_any_share_returns_true_rows_in_exact_order(filled, monkeypatch, share, k, topic):
+    monkeypatch.setattr(partition, "SCAN_SHARE", share)
+    qv = query(topic)
+    got = filled._db.messages.nearest(qv, k)
+    assert len(got) == k
+    truth = dict(exact(filled, qv, 10_000))
+    assert all(truth[m] == pytest.approx(d, abs=1e-6) for m, d in got)
+    assert got == sorted(got, key=lambda h: (h[1], h[0]))
+    if share == 1.0:
+        assert got == exact(filled, qv, k)
+
+
+def test_damage_costs_recall_only_check_names_it_and_process_repairs_it(filled, db):
+    expected = exact(filled, query(1), 10)
+    filled.close()
+    tamper(db, "UPDATE vector_partition SET centroids = x'00'",
+           "UPDATE vector_lists SET lists = x'0102' WHERE block = 0")
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        assert any("vector_partition" in p for p in mem.check())
+        assert mem._db.messages.nearest(query(1), 10) == expected  # no lists: every row scanned
+    tamper(db, "DELETE FROM vector_partition")  # gone: the next refresh trains again
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        refresh(mem._db)
+        assert mem.check() == []
+    tamper(db, "UPDATE vector_lists SET lists = x'0102' WHERE block = 0")  # its messages count as unlisted
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        assert any("vector_lists" in p for p in mem.check())
+        cache = mem._db.vectors
+        mem._db.messages.nearest(query(1), 10)
+        in_block = cache._ids[:cache.size] < partition.BLOCK_IDS
+        assert np.all(cache._lists[:cache.size][in_block] == partition.NONE)
+        assert set(cache._index.unlisted.tolist()) >= set(np.flatnonzero(in_block).tolist())
+    tamper(db, "UPDATE vector_partition SET trained_rows = 1")  # training due: a new version, all listed again
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        assert refresh(mem._db).trained
+        assert mem.check() == []
+
+
+REFRESHER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from fakes import FakeEmbedder
+    from memsif_lite import Memory, partition
+    from memsif_lite.partitioning import refresh
+    partition.MIN_ROWS, partition.BATCH = 500, 16
+    with Memory(sys.argv[1], embedder=FakeEmbedder()) as mem:
+        print("open", flush=True)
+        refresh(mem._db)
+    print("done", flush=True)
+""")
+
+
+@pytest.mark.parametrize("after", [5, 40])
+def test_kill_9_while_listing_loses_nothing_and_the_next_refresh_goes_on(small_partition, memory, db, tmp_path,
+                                                                         after):
+    mem = memory()
+    mem.add_many(conversation(1500))
+    mem.close()
+    script = tmp_path / "refresher.py"
+    script.write_text(REFRESHER.format(tests=str(TESTS)))
+    proc = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
+    while True:  # until `after` batches are stored
+        with raw(db) as con:
+            row = con.execute("SELECT assigned_through FROM vector_partition").fetchone()
+        if (row and row[0] >= 16 * after) or proc.poll() is not None:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        assert mem.check() == []
+        through = mem._db.partition.current().assigned_through
+        report = refresh(mem._db)
+        assert not report.trained and report.assigned == len([i for i in mem._db.partition.message_ids()
+                                                             if i > through])
+        assert mem._db.partition.current().assigned_through == 1500
+        assert mem._db.messages.nearest(query(2), 5)[0][1] < 0.5
+
+
+def test_merged_messages_are_found_before_and_after_they_are_listed(small_partition, memory, tmp_path, monkeypatch):
+    mine = memory()
+    mine.add_many(conversation(1200))
+    refresh(mine._db)
+    other = memory(path=tmp_path / "other.db")
+    other.add_many(conversation(300, 5000))
+    other.close()
+    mine.merge_from(tmp_path / "other.db")
+    monkeypatch.setattr(partition, "SCAN_SHARE", 0.0)  # the nearest list, and every message with none
+    through = mine._db.partition.current().assigned_through
+    for i in range(0, TOPICS, 5):
+        ranked = [m for m, _ in exact(mine, query(i), 1500)]
+        merged = next(r for r, m in enumerate(ranked) if m > through)  # the best-ranked merged message
+        assert ranked[merged] in {m for m, _ in mine._db.messages.nearest(query(i), merged + 1)}
+    report = refresh(mine._db)  # the merged messages (and any of mine a merge stores again)
+    assert report.assigned >= 300 and report.pending == 0
+    assert mine._db.partition.current().assigned_through == max(mine._db.partition.message_ids())
+    assert mine.check() == []
+
+
+def test_an_older_file_migrates_and_gets_lists(small_partition, tmp_path):
+    from fakes import file_at_schema
+
+    from memsif_lite import store
+
+    path = tmp_path / "old.db"
+    emb = FakeEmbedder()
+    file_at_schema(path, 14, emb.dim, {"embedding_dim": str(emb.dim), "embedding_model": emb.model_id,
+                                       "embedding_metric": "cosine"}).close()
+    with Memory(path, embedder=emb) as mem:
+        assert store.schema_version(mem._db.con) == store.latest_version()
+        mem.add_many(conversation(800))
+        assert refresh(mem._db).assigned == 800
+
+
+def test_the_cache_loads_vec0_chunks_as_vec0_reads_its_rows(filled, monkeypatch):
+    for m in [5, 6, 7, 500, 2399]:  # cleared validity bits in several chunks
+        filled.forget(message_id=m)
+    con = filled._db.con
+    cache = VectorCache(con, filled._db.vectors.dim)
+    with con:
+        assert cache._load_chunks()
+    rows = {r: bytes(e) for r, e in con.execute("SELECT rowid, embedding FROM message_vec")}
+    got = {int(i): cache._codes[p].tobytes() for p, i in enumerate(cache._ids[:cache.size])}
+    assert got == rows and cache.size == len(rows)
+    monkeypatch.setattr(partition, "SCAN_SHARE", 1.0)
+    with con:
+        cache.sync()
+    for i in range(0, TOPICS, 9):
+        assert cache.search(query(i), 10) == exact(filled, query(i), 10)
