@@ -174,7 +174,7 @@ def measure(path: Path) -> dict:
     (it loads the vector cache), ``context`` and ``search`` latency over the saved questions, peak
     RSS (read before the numpy reference below allocates its matrix), then a numpy float32 scan
     over the file's own vectors for scale."""
-    from memsif_lite import Config, Memory
+    from memsif_lite import Config, Memory, partition
     from memsif_lite.int8 import dequantize
 
     saved = np.load(str(path) + ".queries.npz")
@@ -203,6 +203,17 @@ def measure(path: Path) -> dict:
         stats = mem.stats()
         cache_bytes = sum(c.nbytes for c in mem._db.caches)  # benchmark-only peek: all vector caches
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        dense_ms, recall = [], []  # the dense top 50 alone, and its recall of the exact scan's (every row)
+        share = partition.SCAN_SHARE
+        for qv in saved["vectors"]:
+            t = time.perf_counter()
+            got = mem._db.messages.nearest(qv, 50)
+            dense_ms.append((time.perf_counter() - t) * 1000)
+            partition.SCAN_SHARE = 1.0
+            truth = mem._db.messages.nearest(qv, 50)
+            partition.SCAN_SHARE = share
+            recall.append(len({m for m, _ in got} & {m for m, _ in truth}) / max(1, len(truth)))
+        listed = mem._db.vectors._index is not None
         codes = [np.frombuffer(r[0], dtype=np.int8) for r in mem._db.con.execute("SELECT embedding FROM message_vec")]
     M = dequantize(np.stack(codes))
     del codes
@@ -225,6 +236,10 @@ def measure(path: Path) -> dict:
         "search_ms_p50": p(search_ms, 50), "search_ms_p95": p(search_ms, 95),
         "search_cpu_ms_p50": p(search_cpu, 50), "search_cpu_ms_p95": p(search_cpu, 95),
         "numpy_bruteforce_ms_p50": round(scan, 3),
+        "dense50_ms_p50": p(dense_ms, 50), "dense50_ms_p95": p(dense_ms, 95),
+        "dense_recall_at_50": round(float(np.mean(recall)), 4),
+        "dense_recall_at_50_min": round(float(np.min(recall)), 4),
+        "partition_used": listed, "scan_share": share,
         "context_over_scan": round(p(ctx_ms, 50) / scan, 2),
         "search_over_scan": round(p(search_ms, 50) / scan, 2),
         "first_search_ms": round(load_ms, 1), "first_search_cpu_ms": round(load_cpu_ms, 1),

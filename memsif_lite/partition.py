@@ -31,7 +31,7 @@ __all__ = ["MIN_ROWS", "SCAN_SHARE", "GROWTH", "BLOCK_IDS", "BATCH", "NONE", "Ce
 #: below this many message vectors the exact scan is fast enough (about 5 ms): no partition
 MIN_ROWS = 50_000
 #: the share of the rows a search scans (the nearest lists holding it), chosen in benchmarks/README.md
-SCAN_SHARE = 0.2
+SCAN_SHARE = 0.3
 #: train again when the file holds this many times the rows the current lists were trained on
 GROWTH = 4
 #: message ids per stored row of list numbers (the file's format)

@@ -236,27 +236,31 @@ class VectorCache:
 
     def _load_chunks(self) -> bool:
         """Load every row from vec0's own storage (its chunks: a validity bitmap, the rowids and the
-        int8 codes of up to ``chunk_size`` rows a row), exactly what vec0's scans read, in a few
-        large reads instead of a row at a time; False (nothing loaded) when the chunks do not
+        int8 codes of up to ``chunk_size`` rows a row), exactly what vec0's scans read, 64 chunks
+        chunks at a time instead of a row at a time; False (nothing loaded) when the chunks do not
         look as sqlite-vec 0.1 writes them, and the caller reads row by row."""
         t = self.table
         try:
             total = int(self.con.execute(f"SELECT count(*) FROM {t}_rowids").fetchone()[0])
             cur = self.con.execute(f"SELECT c.size, c.validity, c.rowids, v.vectors FROM {t}_chunks c "
-                                   f"JOIN {t}_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id")
+                                   f"JOIN {t}_vector_chunks00 v ON v.rowid = c.chunk_id")  # no ORDER BY: no sorter
             self._grow(total)
             n = 0
-            for size, validity, rowids, vectors in cur:
-                if not (isinstance(size, int) and size > 0 and isinstance(validity, bytes) and isinstance(rowids, bytes)
-                        and isinstance(vectors, bytes) and len(validity) * 8 >= size and len(rowids) == 8 * size
-                        and len(vectors) == size * self.dim):
-                    raise ValueError(f"{t}: a chunk of an unexpected shape")
-                valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
+            while group := list(itertools.islice(cur, 64)):
+                for size, validity, rowids, vectors in group:
+                    if not (isinstance(size, int) and size > 0 and isinstance(validity, bytes)
+                            and isinstance(rowids, bytes) and isinstance(vectors, bytes) and len(validity) * 8 >= size
+                            and len(rowids) == 8 * size and len(vectors) == size * self.dim):
+                        raise ValueError(f"{t}: a chunk of an unexpected shape")
+                valid = np.concatenate([np.unpackbits(np.frombuffer(v, dtype=np.uint8), bitorder="little")[:size]
+                                        for size, v, _, _ in group]).astype(bool)
                 m = int(valid.sum())
                 if n + m > total:
                     raise ValueError(f"{t}: more valid rows in the chunks than rowids")
-                self._ids[n:n + m] = np.frombuffer(rowids, dtype="<i8")[valid]
-                self._codes[n:n + m] = np.frombuffer(vectors, dtype=np.int8).reshape(size, self.dim)[valid]
+                self._ids[n:n + m] = np.frombuffer(b"".join(r[2] for r in group), dtype="<i8")[valid]
+                codes = np.frombuffer(b"".join(r[3] for r in group), dtype=np.int8).reshape(-1, self.dim)
+                self._codes[n:n + m] = codes[valid]
+                self._sq[n:n + m] = _squared_norms(self._codes[n:n + m])
                 n += m
             if n != total:
                 raise ValueError(f"{t}: {n} valid rows in the chunks, {total} rowids")
@@ -264,7 +268,6 @@ class VectorCache:
             log.info("vector cache: reading %s row by row (%s)", t, e)
             self._reset()
             return False
-        self._sq[:n] = _squared_norms(self._codes[:n])
         if self.append_only:
             self._times[:n] = b""
             self._lists[:n] = NONE
@@ -481,5 +484,4 @@ def _time_code(times: Sequence[Any]) -> np.ndarray | None:
 
 def _squared_norms(codes: np.ndarray) -> np.ndarray:
     """Exact squared norms of int8 code rows (as float64, the cosine's denominator)."""
-    wide = codes.astype(np.int32)
-    return np.einsum("ij,ij->i", wide, wide).astype(np.float64)
+    return np.einsum("ij,ij->i", codes, codes, dtype=np.int32, casting="unsafe").astype(np.float64)
