@@ -28,6 +28,7 @@ import apsw
 
 from .. import store
 from .admin import Admin
+from .bm25 import or_query
 from .changes import ChangeLog, RecordedFacts
 from .clusters import Clusters
 from .facts import CoreFacts, from_messages
@@ -42,7 +43,7 @@ from .structure import UNIT_TABLES, Structure
 from .vector_cache import VectorCache
 
 __all__ = ["Database", "QueuedStep", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
-           "from_messages", "ItemRow"]
+           "from_messages", "ItemRow", "or_query"]
 
 
 class Database:
