@@ -39,7 +39,8 @@ __all__ = ["TERM_CAP", "or_query", "ranked", "common_terms"]
 #: posting-list length (rows) above which a query word only re-ranks the rows of the rarer words;
 #: also the size of the recent window the rows holding only such words are drawn from. Chosen on
 #: 1M rows of LoCoMo text (benchmarks/README.md, "BM25 bounded at 1M"): 50,000 kept the plain
-#: OR's top 50 (overlap 1.000 on 200 questions) at 0.36× its CPU time; 20,000 cost 0.26× at 0.975.
+#: OR's top 50 (overlap 1.000 on 200 questions) at 0.35–0.42× its CPU time p50, 0.25–0.34× p95;
+#: 20,000 cost 0.28–0.33× p50 at an overlap of 0.975.
 TERM_CAP = 50_000
 
 _SCORE = "bm25(message_fts, ?, 1.0)"
@@ -54,11 +55,11 @@ def _highest_id(con: Any) -> int:
     return int(con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
 
 
-def common_terms(con: Any, terms: Sequence[str], cap: int | None = None) -> list[str]:
-    """The ``terms`` whose posting lists hold more than ``cap`` (default :data:`TERM_CAP`) rows of
-    ``message_fts``; none, without counting, while no message id exceeds ``cap``. Each count walks
-    at most ``cap + 1`` rows."""
-    cap = TERM_CAP if cap is None else cap
+def common_terms(con: Any, terms: Sequence[str]) -> list[str]:
+    """The ``terms`` whose posting lists hold more than :data:`TERM_CAP` rows of ``message_fts``;
+    none, without counting, while no message id exceeds it. Each count walks at most
+    ``TERM_CAP + 1`` rows."""
+    cap = TERM_CAP
     if _highest_id(con) <= cap:
         return []
     sql = "SELECT count(*) FROM (SELECT 1 FROM message_fts WHERE message_fts MATCH ? LIMIT ?)"
