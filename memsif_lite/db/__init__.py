@@ -15,6 +15,9 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``overview``  — whole-file listings for the HTML view (:mod:`memsif_lite.view`)
 * ``items``     — session items: non-chat JSON kept with a session, never indexed
 
+The BM25 ranking both ``messages`` and ``filters`` run is :mod:`memsif_lite.db.bm25` (the OR of
+the question's words, bounded on large files).
+
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
 """
