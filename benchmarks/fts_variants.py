@@ -12,8 +12,15 @@ same FTS5 table and weights as memsif), share of gold evidence turns in the top 
 Variants: ``or`` every content word (memsif's query); ``rareK`` the K rarest words; ``capF``
 drop words in more than F of all rows (the rarest word is kept if none is left); ``and2`` the
 rows holding both of the two rarest words, then the OR list's rows until ``depth`` (the issue's
-proposal); ``and2capF`` the same, topped up from ``capF``. ``or`` runs first and again last
-(timing drift).
+proposal); ``and2capF`` the same, topped up from ``capF``; ``boundedC`` memsif's bounded query
+(:mod:`memsif_lite.db.bm25`) with its ``TERM_CAP`` set to C rows (C < 1: that share of the rows);
+``dfC`` only its term lookup (which words hold more than C rows). ``or`` runs first and again
+last (timing drift). Times are the process's CPU time (wall time beside it in cost mode: other
+work on a shared machine inflates wall time, not CPU time).
+
+    python benchmarks/fts_variants.py FILE --variants or,bounded50000,df50000,or   # a chosen list
+    python benchmarks/fts_variants.py FILE --period 2760   # FILE's row r is the text of row r + 2760
+                                        # (replicated): overlap counts rows by text, not by copy
 """
 
 from __future__ import annotations
@@ -29,10 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import conversation_files  # noqa: E402
 from locomo import CATEGORIES  # noqa: E402
 
-from memsif_lite.retrieval import fts_query  # noqa: E402
+from memsif_lite.db import bm25  # noqa: E402
+from memsif_lite.retrieval import SPEAKER_WEIGHT, fts_query  # noqa: E402
 
 SQL = "SELECT rowid FROM message_fts WHERE message_fts MATCH ? ORDER BY bm25(message_fts, 0.3, 1.0) LIMIT ?"
-VARIANTS = ["or", "rare3", "rare4", "cap0.1", "cap0.0625", "cap0.03", "and2", "and2cap0.2", "or"]
+VARIANTS = ["or", "rare3", "rare4", "cap0.1", "cap0.0625", "cap0.03", "and2", "and2cap0.2", "bounded50000",
+            "bounded20000", "df50000", "or"]
+RECALL_VARIANTS = ["or", "bounded50000", "cap0.1", "cap0.05", "bounded0.1", "bounded0.05"]
 
 
 def words(q: str) -> list[str]:
@@ -73,6 +83,16 @@ def choose(name: str, ws: list[str], df: dict[str, int], n: int) -> list[str]:
 
 def ranked(con: apsw.Connection, terms: Terms, name: str, ws: list[str], n: int, depth: int) -> list[int]:
     """One variant's BM25 ranking of the rows for a question's words."""
+    if name.startswith(("bounded", "df")):
+        cap = float(name.removeprefix("bounded").removeprefix("df"))
+        saved, bm25.TERM_CAP = bm25.TERM_CAP, int(cap * n if cap < 1 else cap)
+        try:
+            if name.startswith("df"):
+                bm25.common_terms(con, ws)
+                return []
+            return bm25.ranked(con, ws, SPEAKER_WEIGHT, depth)
+        finally:
+            bm25.TERM_CAP = saved
     if name == "or":
         return [r for (r,) in con.execute(SQL, (or_query(ws), depth))]
     df = terms.docs(ws)
@@ -94,7 +114,7 @@ def recall() -> None:
 
     from memsif_lite.importers import locomo_turns
 
-    names = list(dict.fromkeys(VARIANTS))
+    names = list(dict.fromkeys(_variants(RECALL_VARIANTS)))
     hits: dict[str, dict[int, list[float]]] = {v: {5: [], 10: [], 50: []} for v in names}
     for _, sample in conversation_files("../shared/data/locomo"):
         con = apsw.Connection(":memory:")
@@ -118,7 +138,11 @@ def recall() -> None:
                     xs.append(len(set(got[:k]) & set(gold)) / len(gold))
     print(f"{len(hits['or'][5])} questions; gold-evidence recall of BM25 alone @5 / @10 / @50")
     for name in names:
-        print(f"{name:10s} " + " / ".join(f"{100 * np.mean(xs):.2f}" for xs in hits[name].values()))
+        print(f"{name:12s} " + " / ".join(f"{100 * np.mean(xs):.2f}" for xs in hits[name].values()))
+
+
+def _variants(default: list[str]) -> list[str]:
+    return sys.argv[sys.argv.index("--variants") + 1].split(",") if "--variants" in sys.argv else default
 
 
 def main() -> None:
@@ -126,6 +150,7 @@ def main() -> None:
         recall()
         return
     depth = int(sys.argv[sys.argv.index("--depth") + 1]) if "--depth" in sys.argv else 200
+    period = int(sys.argv[sys.argv.index("--period") + 1]) if "--period" in sys.argv else 0
     qs: list[str] = []
     for _, sample in conversation_files("../shared/data/locomo"):
         qs += [str(q["question"]) for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
@@ -135,22 +160,27 @@ def main() -> None:
     terms = Terms(con)
     base: dict[str, list[int]] = {}
     print(f"{n} rows, {len(qs)} questions, depth {depth}")
-    for name in VARIANTS:
-        ms, o10, o50 = [], [], []
+    for name in _variants(VARIANTS):
+        ms, cpu, o10, o50 = [], [], [], []
         for q in qs:
             ws = words(q)
             if not ws:
                 continue
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             got = ranked(con, terms, name, ws, n, depth)
             ms.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)
             if name == "or":
                 base[q] = got
                 continue
-            b = base[q]
-            o10.append(len(set(got[:10]) & set(b[:10])) / max(1, min(10, len(b))))
-            o50.append(len(set(got[:50]) & set(b[:50])) / max(1, min(50, len(b))))
-        print(f"{name:10s} ms p50 {np.percentile(ms, 50):6.2f} p95 {np.percentile(ms, 95):6.2f}  "
+            if name.startswith("df"):
+                continue
+            b = [r % period for r in base[q]] if period else base[q]
+            got = [r % period for r in got] if period else got
+            o10.append(len(set(got[:10]) & set(b[:10])) / max(1, len(set(b[:10]))))
+            o50.append(len(set(got[:50]) & set(b[:50])) / max(1, len(set(b[:50]))))
+        print(f"{name:12s} ms p50 {np.percentile(ms, 50):6.2f} p95 {np.percentile(ms, 95):6.2f}  "
+              f"cpu ms p50 {np.percentile(cpu, 50):6.2f} p95 {np.percentile(cpu, 95):6.2f}  "
               f"overlap top-10 {np.mean(o10) if o10 else 1:.3f} top-50 {np.mean(o50) if o50 else 1:.3f}", flush=True)
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from .db import Database, MessageRow
+from .db import Database, MessageRow, or_query
 from .entities import STOP_WORDS
 from .filters import MessageFilter
 from .fulltext import cjk_query_terms, compose, foreign_function_words, without_cjk
@@ -49,11 +49,10 @@ def _query_terms(text: str) -> tuple[str, ...]:
 
 
 def fts_query(text: str) -> str | None:
-    """A safe FTS5 query: every one of the :func:`query_terms` quoted, OR-ed; None when there is none."""
+    """A safe FTS5 query: every one of the :func:`query_terms` quoted, OR-ed; None when there is
+    none. (The BM25 ranking runs it bounded on large files: :mod:`memsif_lite.db.bm25`.)"""
     terms = query_terms(text)
-    if not terms:
-        return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in terms)
+    return or_query(terms) if terms else None
 
 
 def rrf(*rankings: list[int], k: int = RRF_K) -> dict[int, float]:
@@ -112,12 +111,12 @@ class Retriever:
         return self.db.filters.dense(qvec, depth, flt)
 
     def bm25(self, query: str, depth: int, flt: MessageFilter | None = None) -> list[int]:
-        q = fts_query(query)
-        if q is None:
+        terms = query_terms(query)
+        if not terms:
             return []
         if flt is None:
-            return self.db.messages.bm25(q, SPEAKER_WEIGHT, depth)
-        return self.db.filters.bm25(q, SPEAKER_WEIGHT, depth, flt)
+            return self.db.messages.bm25(terms, SPEAKER_WEIGHT, depth)
+        return self.db.filters.bm25(terms, SPEAKER_WEIGHT, depth, flt)
 
     def message_scores(self, query: str, depth: int, flt: MessageFilter | None = None) -> dict[int, float]:
         return rrf(self.dense(self.embed_query(query), depth, flt), self.bm25(query, depth, flt))

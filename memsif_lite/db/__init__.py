@@ -16,6 +16,9 @@ migrations, transactions) lives in this package, grouped by table, returning dat
 * ``items``     — session items: non-chat JSON kept with a session, never indexed
 * ``partition`` — the dense partition of message vectors (centroids, each message's list)
 
+The BM25 ranking both ``messages`` and ``filters`` run is :mod:`memsif_lite.db.bm25` (the OR of
+the question's words, bounded on large files).
+
 Transactions are the caller's: :meth:`Database.write` (``BEGIN IMMEDIATE``) and
 :meth:`Database.read` (one consistent snapshot). SQLite errors leave as ``StorageError``.
 """
@@ -29,6 +32,7 @@ import apsw
 
 from .. import store
 from .admin import Admin
+from .bm25 import or_query
 from .changes import ChangeLog, RecordedFacts
 from .clusters import Clusters
 from .facts import CoreFacts, from_messages
@@ -44,7 +48,7 @@ from .structure import UNIT_TABLES, Structure
 from .vector_cache import VectorCache
 
 __all__ = ["Database", "QueuedStep", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
-           "from_messages", "ItemRow"]
+           "from_messages", "ItemRow", "or_query"]
 
 
 class Database:

@@ -12,6 +12,7 @@ from ..int8 import quantize
 from ..timeutil import from_stored, is_stored
 from ..tokens import count_tokens
 from ..types import Message
+from . import bm25
 from .base import Table
 from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
@@ -186,10 +187,10 @@ class Messages(Table):
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]
 
-    def bm25(self, fts_query: str, speaker_weight: float, depth: int) -> list[int]:
-        return [r[0] for r in self.con.execute(
-            "SELECT rowid FROM message_fts WHERE message_fts MATCH ? ORDER BY bm25(message_fts, ?, 1.0) LIMIT ?",
-            (fts_query, speaker_weight, depth))]
+    def bm25(self, terms: Sequence[str], speaker_weight: float, depth: int) -> list[int]:
+        """The best ``depth`` messages for the OR of ``terms`` by BM25, bounded on large files
+        (:mod:`memsif_lite.db.bm25`)."""
+        return bm25.ranked(self.con, terms, speaker_weight, depth)
 
     def delete(self, mid: int) -> None:
         """The row, its vector and its full-text entry (provenance rows must be gone first)."""

@@ -1,0 +1,108 @@
+"""BM25 over ``message_fts``, bounded on large files.
+
+The query of a question is the OR of its words (:func:`memsif_lite.retrieval.query_terms`), ranked
+by FTS5's ``bm25()``. FTS5 scores every row the OR matches before it keeps the best ``depth``, so
+its cost is the sum of the words' posting lists: at a million messages a word such as a speaker's
+name or "like" is in over 100,000 rows, and scoring a row costs ~0.6 µs where walking one costs
+~0.04 µs (2026-12-02, 1M rows of LoCoMo text: the OR of a question took 80–117 ms CPU p50).
+
+So a word whose posting list holds more than :data:`TERM_CAP` rows (a *common* word) no longer
+chooses rows, only scores them:
+
+* while the file has at most :data:`TERM_CAP` messages (by the highest id), no word can be common
+  and the query is the plain OR, unchanged;
+* otherwise each word's rows are counted, at most ``TERM_CAP + 1`` of them (FTS5 walks the list
+  without scoring; the word goes through the table's own tokenizer — stemming, CJK pairs, phrases
+  of several tokens — exactly as the OR would match it);
+* the rows holding a rarer word are ranked in two parts, those that also hold a common word
+  (``rare AND common``) and those that do not (``rare NOT common``): each part's expression names
+  every word once, so each row's score is bit for bit its score under the plain OR (``bm25()``
+  sums over the words a row holds, with each word's idf from its whole list), and the two parts
+  merged are the plain OR's ranking of those rows;
+* rows that hold only common words come after them, and only when the rarer words fill fewer than
+  ``depth`` places (or there is none): from the plain OR over the most recent :data:`TERM_CAP`
+  messages, so that no query scores more than a bounded number of rows.
+
+With a filter (:meth:`memsif_lite.db.filtering.Filtering.bm25`) the same two parts run with the
+filter; when they fill fewer than ``depth`` places the filtered plain OR runs instead (its result
+is then exactly the unbounded one: a narrow filter may hold few rows with a rarer word).
+
+Everything here is a read: it runs on read-only connections as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+__all__ = ["TERM_CAP", "or_query", "ranked", "common_terms"]
+
+#: posting-list length (rows) above which a query word only re-ranks the rows of the rarer words;
+#: also the size of the recent window the rows holding only such words are drawn from. Chosen on
+#: 1M rows of LoCoMo text (benchmarks/README.md, "BM25 bounded at 1M"): 50,000 kept the plain
+#: OR's top 50 (overlap 1.000 on 200 questions) at 0.35–0.42× its CPU time p50, 0.25–0.34× p95;
+#: 20,000 cost 0.28–0.33× p50 at an overlap of 0.975.
+TERM_CAP = 50_000
+
+_SCORE = "bm25(message_fts, ?, 1.0)"
+
+
+def or_query(terms: Sequence[str]) -> str:
+    """The FTS5 OR of ``terms``, each quoted (a string, never syntax)."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def _highest_id(con: Any) -> int:
+    return int(con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+
+
+def common_terms(con: Any, terms: Sequence[str]) -> list[str]:
+    """The ``terms`` whose posting lists hold more than :data:`TERM_CAP` rows of ``message_fts``;
+    none, without counting, while no message id exceeds it. Each count walks at most
+    ``TERM_CAP + 1`` rows."""
+    cap = TERM_CAP
+    if _highest_id(con) <= cap:
+        return []
+    sql = "SELECT count(*) FROM (SELECT 1 FROM message_fts WHERE message_fts MATCH ? LIMIT ?)"
+    return [t for t in terms if con.execute(sql, (or_query([t]), cap + 1)).fetchone()[0] > cap]
+
+
+def ranked(con: Any, terms: Sequence[str], speaker_weight: float, depth: int,
+           where: tuple[str, Sequence[Any]] | None = None) -> list[int]:
+    """The best ``depth`` message ids for ``terms`` by BM25, best first (see the module docstring).
+    ``where``: a condition on the joined message row ``m`` and its arguments (a filter)."""
+    if not terms or depth <= 0:
+        return []
+    plain = or_query(terms)
+    common = common_terms(con, terms)
+    if not common:
+        return [r for r, _ in _match(con, plain, speaker_weight, depth, where)]
+    rare = or_query([t for t in terms if t not in common])
+    got: list[int] = []
+    if len(common) < len(terms):
+        both = f"({rare}) AND ({or_query(common)})"
+        only = f"({rare}) NOT ({or_query(common)})"
+        parts = _match(con, both, speaker_weight, depth, where) + _match(con, only, speaker_weight, depth, where)
+        got = [r for r, _ in sorted(parts, key=lambda rs: (rs[1], rs[0]))[:depth]]
+    if len(got) >= depth:
+        return got
+    if where is not None:
+        return [r for r, _ in _match(con, plain, speaker_weight, depth, where)]
+    seen = set(got)
+    recent = _match(con, plain, speaker_weight, depth + len(got), None, since=_highest_id(con) - TERM_CAP)
+    return (got + [r for r, _ in recent if r not in seen])[:depth]
+
+
+def _match(con: Any, query: str, speaker_weight: float, depth: int, where: tuple[str, Sequence[Any]] | None,
+           since: int | None = None) -> list[tuple[int, float]]:
+    """(rowid, bm25 score: lower is better) of the best ``depth`` rows matching ``query``; with
+    ``where``, each hit joined to its message row (CROSS JOIN: FTS5 first, the MATCH runs once)
+    and the condition checked there; with ``since``, only rows whose id is above it."""
+    if where is None:
+        window, extra = ("AND rowid > ? ", [since]) if since is not None else ("", [])
+        return [(r, s) for r, s in con.execute(
+            f"SELECT rowid, {_SCORE} AS s FROM message_fts WHERE message_fts MATCH ? {window}ORDER BY s LIMIT ?",
+            (speaker_weight, query, *extra, depth))]
+    cond, args = where
+    return [(r, s) for r, s in con.execute(
+        f"SELECT f.rowid, {_SCORE} AS s FROM message_fts f CROSS JOIN messages m ON m.id=f.rowid "
+        f"WHERE message_fts MATCH ? AND {cond} ORDER BY s LIMIT ?", (speaker_weight, query, *args, depth))]
