@@ -84,7 +84,9 @@ def test_lists_are_trained_kept_and_searched_exactly_inside(filled):
     for i in range(TOPICS):
         qv = query(i)
         got = db.messages.nearest(qv, 20)
-        assert cache._index is not None and len(cache._index.order) == len(ids)  # the partition was used
+        ix = cache._index  # the partition was used, the rows laid out list by list at the load
+        assert ix is not None and ix.n == len(ids) and ix.is_contiguous
+        assert np.all(np.diff(cache._lists[:cache.size].astype(np.int64)) >= 0)
         truth = dict(exact(filled, qv, len(ids)))
         assert [d for _, d in got] == sorted(d for _, d in got)
         for mid, d in got:  # each hit is a real row at its exact distance
@@ -115,7 +117,10 @@ def test_forgotten_messages_never_come_back(filled):
         filled.forget(message_id=m)
     again = filled._db.messages.nearest(query(5), 10)
     assert not set(gone) & {m for m, _ in again}
-    assert filled._db.vectors._index is not None  # rebuilt after the deletions, still used
+    ix = filled._db.vectors._index  # rebuilt after the deletions (by gathering), still used
+    assert ix is not None and not ix.is_contiguous
+    truth = dict(exact(filled, query(5), 10_000))
+    assert all(truth[m] == pytest.approx(d, abs=1e-6) for m, d in again)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -202,23 +202,27 @@ class VectorCache:
         dv = self._data_version()
         stamp = self._part.stamp() if self.append_only else None  # this process's own writes too
         if not (self._loaded and dv == self._dv):
-            self._sync_rows(epoch)
+            full = not self._loaded or epoch != self._epoch or not self.append_only
+            if full and self.append_only:
+                self._read_partition(stamp)  # first: a full load lays the rows out list by list
+            self._sync_rows(full)
             self._dv, self._epoch, self._loaded = dv, epoch, True
             self._read_in_txn = self._read_in_txn or self._in_txn
             if self.nbytes > MAX_BYTES:
                 self._disabled = True
                 self._reset()
                 return
-        if self.append_only and (stamp != self._stamp or len(self._by_id) <= int(self._hw)):
+        if self.append_only and stamp != self._stamp:
             self._load_lists(stamp)
         if times and self.append_only and not self._times_loaded:
             self._load_times()
 
-    def _sync_rows(self, epoch: str) -> None:
-        if not self._loaded or epoch != self._epoch or not self.append_only:
+    def _sync_rows(self, full: bool) -> None:
+        if full:
             self._reset()
             if not self._load_chunks():
                 self._load_rows(self.con.execute(f"SELECT rowid, embedding, NULL FROM {self.table}"), set())
+                self._lists[:self._n] = _lists_of(self._ids[:self._n], self._by_id)
             return
         cur = self.con.execute("SELECT m.id, v.embedding, m.at FROM messages m JOIN message_vec v "
                                "ON v.rowid=m.id WHERE m.id > ?", (self._hw,))
@@ -237,30 +241,35 @@ class VectorCache:
     def _load_chunks(self) -> bool:
         """Load every row from vec0's own storage (its chunks: a validity bitmap, the rowids and the
         int8 codes of up to ``chunk_size`` rows a row), exactly what vec0's scans read, 64 chunks
-        chunks at a time instead of a row at a time; False (nothing loaded) when the chunks do not
-        look as sqlite-vec 0.1 writes them, and the caller reads row by row."""
+        at a time instead of a row at a time; False (nothing loaded) when the chunks do not look
+        as sqlite-vec 0.1 writes them, and the caller reads row by row. With a partition, the
+        rows are laid out list by list (the unlisted last): a search then scans each probed list
+        as one contiguous run (a first pass reads the rowids alone to place them)."""
         t = self.table
         try:
             total = int(self.con.execute(f"SELECT count(*) FROM {t}_rowids").fetchone()[0])
-            cur = self.con.execute(f"SELECT c.size, c.validity, c.rowids, v.vectors FROM {t}_chunks c "
+            place: dict[int, np.ndarray] | None = None
+            if self.append_only and self._centroids is not None:
+                place, lists = self._placement(total)
+            cur = self.con.execute(f"SELECT c.chunk_id, c.size, c.validity, c.rowids, v.vectors FROM {t}_chunks c "
                                    f"JOIN {t}_vector_chunks00 v ON v.rowid = c.chunk_id")  # no ORDER BY: no sorter
             self._grow(total)
             n = 0
             while group := list(itertools.islice(cur, 64)):
-                for size, validity, rowids, vectors in group:
-                    if not (isinstance(size, int) and size > 0 and isinstance(validity, bytes)
-                            and isinstance(rowids, bytes) and isinstance(vectors, bytes) and len(validity) * 8 >= size
-                            and len(rowids) == 8 * size and len(vectors) == size * self.dim):
-                        raise ValueError(f"{t}: a chunk of an unexpected shape")
-                valid = np.concatenate([np.unpackbits(np.frombuffer(v, dtype=np.uint8), bitorder="little")[:size]
-                                        for size, v, _, _ in group]).astype(bool)
+                valid = np.concatenate([_valid(size, validity, rowids, vectors, self.dim, t)
+                                        for _, size, validity, rowids, vectors in group])
                 m = int(valid.sum())
                 if n + m > total:
                     raise ValueError(f"{t}: more valid rows in the chunks than rowids")
-                self._ids[n:n + m] = np.frombuffer(b"".join(r[2] for r in group), dtype="<i8")[valid]
-                codes = np.frombuffer(b"".join(r[3] for r in group), dtype=np.int8).reshape(-1, self.dim)
-                self._codes[n:n + m] = codes[valid]
-                self._sq[n:n + m] = _squared_norms(self._codes[n:n + m])
+                ids = np.frombuffer(b"".join(r[3] for r in group), dtype="<i8")[valid]
+                codes = np.frombuffer(b"".join(r[4] for r in group), dtype=np.int8).reshape(-1, self.dim)[valid]
+                if place is None:
+                    at: Any = slice(n, n + m)
+                else:
+                    at = np.concatenate([place.pop(r[0]) for r in group if r[0] in place] or [np.empty(0, np.int64)])
+                    if len(at) != m:
+                        raise ValueError(f"{t}: the chunks changed between two reads")
+                self._ids[at], self._codes[at], self._sq[at] = ids, codes, _squared_norms(codes)
                 n += m
             if n != total:
                 raise ValueError(f"{t}: {n} valid rows in the chunks, {total} rowids")
@@ -268,12 +277,38 @@ class VectorCache:
             log.info("vector cache: reading %s row by row (%s)", t, e)
             self._reset()
             return False
-        if self.append_only:
-            self._times[:n] = b""
-            self._lists[:n] = NONE
         self._n = n
         self._hw = int(self._ids[:n].max(initial=0))
+        if self.append_only:
+            self._times[:n] = b""
+            if place is None:
+                self._lists[:n] = _lists_of(self._ids[:n], self._by_id)
+            else:
+                self._lists[:n] = np.sort(lists)
+                assert self._centroids is not None
+                self._index = _Index.contiguous(self._lists[:n], self._centroids.lists)
         return True
+
+    def _placement(self, total: int) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        """Where each chunk's valid rows go when laid out list by list (a stable counting sort on
+        their lists, the unlisted last), and the rows' lists in chunk order."""
+        t = self.table
+        chunks, parts = [], []
+        for cid, size, validity, rowids in self.con.execute(f"SELECT chunk_id, size, validity, rowids FROM {t}_chunks"):
+            valid = _valid(size, validity, rowids, None, self.dim, t)
+            chunks.append((cid, int(valid.sum())))
+            parts.append(np.frombuffer(rowids, dtype="<i8")[valid])
+        ids = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        if len(ids) != total:
+            raise ValueError(f"{t}: {len(ids)} valid rows in the chunks, {total} rowids")
+        lists = _lists_of(ids, self._by_id)
+        dest = np.empty(len(ids), dtype=np.int64)
+        dest[np.argsort(lists, kind="stable")] = np.arange(len(ids))
+        place, at = {}, 0
+        for cid, m in chunks:
+            place[cid] = dest[at:at + m]
+            at += m
+        return place, lists
 
     def _load_times(self) -> None:
         """Every cached message's time (a vector without its message, or a time that cannot be
@@ -300,19 +335,24 @@ class VectorCache:
             self._timed = False
         self._times_loaded = True
 
-    def _load_lists(self, stamp: str | None) -> None:
-        """The partition's centroids and each cached row's list, as the file holds them now."""
-        self._stamp, self._index = stamp, None
+    def _read_partition(self, stamp: str | None) -> None:
+        """The partition's centroids and each message id's list, as the file holds them now."""
+        self._stamp = stamp
         self._centroids = None if stamp is None else self._part.current()
-        if self._centroids is None:
-            self._by_id = np.empty(0, dtype=np.uint16)
-            self._lists[:self._n] = NONE
-            return
-        self._by_id = self._part.lists_by_id(self._centroids, max(self._hw, 0))
-        ids = self._ids[:self._n]
-        known = ids < len(self._by_id)
-        self._lists[:self._n] = NONE
-        self._lists[:self._n][known] = self._by_id[ids[known]]
+        self._by_id = (np.empty(0, dtype=np.uint16) if self._centroids is None
+                       else self._part.lists_by_id(self._centroids, self._part.max_message_id()))
+
+    def _load_lists(self, stamp: str | None) -> None:
+        """The partition changed in the file: each cached row's list again. Rows laid out list by
+        list stay so while the lists are the same version (a row's list never changes within
+        one: newly listed rows were unlisted, and are scanned as such)."""
+        version = None if self._centroids is None else self._centroids.version
+        self._read_partition(stamp)
+        if self._centroids is None or self._centroids.version != version:
+            self._index = None
+        self._lists[:self._n] = _lists_of(self._ids[:self._n], self._by_id)
+        if self._index is not None and not self._index.is_contiguous:
+            self._index = None
 
     def search(self, qvec: np.ndarray, k: int, allowed: Allowed | None = None) -> list[tuple[int, float]]:
         """(id, cosine distance) of the ``k`` nearest messages, nearest first, ties by id; only
@@ -334,17 +374,22 @@ class VectorCache:
             hits += [(rid, float(d)) for (rid, _), d in zip(live, dist, strict=True)]
         return sorted(hits, key=lambda h: (h[1], h[0]))[:k]
 
-    def _probed_rows(self, qf: np.ndarray, k: int) -> np.ndarray | None:
-        """Positions of the rows an unfiltered search scans: all (None) below ``MIN_ROWS`` or
-        without a partition; else those of the nearest lists holding ``SCAN_SHARE`` of the rows
-        (at least 64 per result asked), and every row with no list yet."""
+    def _probed_rows(self, qf: np.ndarray, k: int) -> np.ndarray | list[tuple[int, int]] | None:
+        """The rows an unfiltered search scans: all (None) below ``MIN_ROWS`` or without a
+        partition; else those of the nearest lists holding ``SCAN_SHARE`` of the rows (at least
+        64 per result asked), and every row with no list yet — as runs of positions (start, end)
+        when the rows are laid out list by list, else as positions."""
         if self._centroids is None or self._n < dense.MIN_ROWS or not self.append_only:
             return None
         ix = self._index
         if ix is None or self._n - ix.n > max(4096, ix.n // 20):  # rows appended since: scanned as they are
             ix = self._index = _Index.build(self._lists[:self._n], self._centroids.lists)
-        chosen = probe(self._centroids.vectors, ix.sizes, qf, max(int(dense.SCAN_SHARE * self._n), 64 * k))
-        parts = [ix.order[ix.starts[j]:ix.starts[j + 1]] for j in chosen.tolist()]
+        chosen = np.sort(probe(self._centroids.vectors, ix.sizes, qf, max(int(dense.SCAN_SHARE * self._n), 64 * k)))
+        order = ix.order
+        if order is None:
+            runs = [(int(ix.starts[j]), int(ix.starts[j + 1])) for j in chosen.tolist()]
+            return runs + [(int(ix.starts[-1]), self._n)]  # the unlisted, then whatever came since
+        parts = [order[ix.starts[j]:ix.starts[j + 1]] for j in chosen.tolist()]
         rows = np.concatenate(parts + [ix.unlisted, np.arange(ix.n, self._n)])
         rows.sort()  # in memory order: the gather reads forward
         return rows
@@ -361,10 +406,25 @@ class VectorCache:
             keep &= np.isin(self._ids[:n], allowed.ids)
         return np.flatnonzero(keep)
 
-    def _search_rows(self, qf: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[tuple[int, float]]:
-        """The cached rows only (those at positions ``rows``, when given); ``qf``: the quantised
-        query as float32. Dot products of int8 codes are exact integers in float32, whichever rows
-        share a block: a subset ranks exactly as it does within the whole."""
+    def _search_rows(self, qf: np.ndarray, k: int, rows: np.ndarray | list[tuple[int, int]] | None = None
+                     ) -> list[tuple[int, float]]:
+        """The cached rows only (those at positions ``rows``, or in its runs (start, end), when
+        given); ``qf``: the quantised query as float32. Dot products of int8 codes are exact
+        integers in float32, whichever rows share a block: a subset ranks exactly as it does
+        within the whole."""
+        if isinstance(rows, list):  # runs: each read as contiguous blocks, no gather
+            runs = [(a, b) for a, b in rows if b > a]
+            rows = np.concatenate([np.arange(a, b) for a, b in runs]) if runs else np.empty(0, np.int64)
+            dots = np.empty(len(rows), dtype=np.float32)
+            at = 0
+            for a, b in runs:
+                for s in range(a, b, BLOCK):
+                    e = min(s + BLOCK, b)
+                    m = self._scratch[:e - s]
+                    np.copyto(m, self._codes[s:e], casting="unsafe")
+                    dots[at:at + e - s] = m @ qf
+                    at += e - s
+            return self._ranked(dots, rows, qf, k)
         n = self._n if rows is None else len(rows)
         if k <= 0 or n == 0:
             return []
@@ -374,6 +434,14 @@ class VectorCache:
             m = self._scratch[:e - s]
             np.copyto(m, self._codes[s:e] if rows is None else self._codes[rows[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
+        return self._ranked(dots, rows, qf, k)
+
+    def _ranked(self, dots: np.ndarray, rows: np.ndarray | None, qf: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The ``k`` nearest of the rows whose dot products with ``qf`` are ``dots`` (positions
+        ``rows``, or the first ``len(dots)``), nearest first, ties by id."""
+        n = len(dots)
+        if k <= 0 or n == 0:
+            return []
         sq = self._sq[:n] if rows is None else self._sq[rows]
         dist = cosine_distances(dots, sq, float(qf @ qf))
         ids = self._ids[:n] if rows is None else self._ids[rows]
@@ -435,9 +503,7 @@ class VectorCache:
         self._ids[self._n:need] = ids
         self._sq[self._n:need] = _squared_norms(codes)
         if self.append_only:
-            known = ids < len(self._by_id)
-            self._lists[self._n:need] = NONE
-            self._lists[self._n:need][known] = self._by_id[ids[known]]
+            self._lists[self._n:need] = _lists_of(ids, self._by_id)
             held = _time_code(times) if times is not None else None
             if held is None:  # a time that cannot be compared exactly here: time windows go to vec0
                 self._timed = False
@@ -448,26 +514,59 @@ class VectorCache:
 
 @dataclass(frozen=True)
 class _Index:
-    """The cache's first ``n`` rows grouped by list: ``order[starts[j]:starts[j + 1]]`` are the
-    positions of list ``j``'s rows (``sizes[j]`` of them); ``unlisted`` those with no list."""
+    """The cache's first ``n`` rows grouped by list: list ``j``'s rows (``sizes[j]`` of them) are at
+    positions ``order[starts[j]:starts[j + 1]]``, or, laid out list by list (``order`` None), at
+    ``starts[j]`` to ``starts[j + 1]``; ``unlisted``: the positions of those with no list."""
 
     n: int
-    order: np.ndarray
+    order: np.ndarray | None
     starts: np.ndarray
     sizes: np.ndarray
     unlisted: np.ndarray
 
     @property
+    def is_contiguous(self) -> bool:
+        return self.order is None
+
+    @property
     def nbytes(self) -> int:
-        return self.order.nbytes + self.starts.nbytes + self.sizes.nbytes + self.unlisted.nbytes
+        return (0 if self.order is None else self.order.nbytes) + self.starts.nbytes + self.sizes.nbytes \
+            + self.unlisted.nbytes
 
     @classmethod
     def build(cls, lists: np.ndarray, count: int) -> _Index:
         order = np.argsort(lists, kind="stable")  # NONE (65535) sorts last
-        listed = lists != NONE
-        sizes = np.bincount(lists[listed], minlength=count)[:count]
-        starts = np.concatenate(([0], np.cumsum(sizes)))
+        sizes, starts = _runs(lists, count)
         return cls(len(lists), order, starts, sizes, order[int(starts[-1]):])
+
+    @classmethod
+    def contiguous(cls, lists: np.ndarray, count: int) -> _Index:
+        """For rows already sorted by list (the unlisted last)."""
+        sizes, starts = _runs(lists, count)
+        return cls(len(lists), None, starts, sizes, np.arange(int(starts[-1]), len(lists)))
+
+
+def _runs(lists: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    sizes = np.bincount(lists[lists != NONE], minlength=count)[:count]
+    return sizes, np.concatenate(([0], np.cumsum(sizes)))
+
+
+def _lists_of(ids: np.ndarray, by_id: np.ndarray) -> np.ndarray:
+    """Each id's list in ``by_id`` (``NONE`` beyond it)."""
+    out = np.full(len(ids), NONE, dtype=np.uint16)
+    known = ids < len(by_id)
+    out[known] = by_id[ids[known]]
+    return out
+
+
+def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table: str) -> np.ndarray:
+    """A vec0 chunk's validity bits (which of its ``size`` slots hold a row), once its shape is
+    checked (``vectors`` None: not read)."""
+    if not (isinstance(size, int) and size > 0 and isinstance(validity, bytes) and isinstance(rowids, bytes)
+            and len(validity) * 8 >= size and len(rowids) == 8 * size
+            and (vectors is None or (isinstance(vectors, bytes) and len(vectors) == size * dim))):
+        raise ValueError(f"{table}: a chunk of an unexpected shape")
+    return np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
 
 
 def _time_code(times: Sequence[Any]) -> np.ndarray | None:
