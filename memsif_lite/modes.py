@@ -41,7 +41,7 @@ class Mode:
 
     def run(self, max_steps: int | None, max_seconds: float | None) -> ProcessReport:
         self._raise_background_error()
-        return self.worker.run(max_steps=max_steps, max_seconds=max_seconds)
+        return self.worker.run(max_steps=max_steps, max_seconds=max_seconds, thorough=True)
 
     def close(self, timeout: float) -> None:
         if self.background is not None:

@@ -28,7 +28,7 @@ from .llm import LLM
 from .lookahead import Lookahead
 from .partition import BLOCK_IDS
 from .partitioning import refresh
-from .errors import StaleError
+from .errors import MemsifError, StaleError
 from .segments import SegmentBuilder
 from .steps import STEPS, Outcome, Registry, Runner, StepKind, Tools
 from .trajectories import TrajectoryBuilder
@@ -66,8 +66,10 @@ class Worker:
 
     def run(self, *, max_steps: int | None = None, max_seconds: float | None = None,
             progress: Callable[[int], None] | None = None,
-            stop: Callable[[], bool] | None = None) -> ProcessReport:
-        """Run steps from the head of the queue until it is empty, a limit is reached or ``stop()``."""
+            stop: Callable[[], bool] | None = None, thorough: bool = False) -> ProcessReport:
+        """Run steps from the head of the queue until it is empty, a limit is reached or ``stop()``;
+        then the dense partition (``thorough``, as ``Memory.process`` asks: every message listed and
+        lost blocks listed again; else once a block of messages waits)."""
         t0 = time.perf_counter()
         done = stale = aside = 0
         try:
@@ -100,11 +102,16 @@ class Worker:
                 self.lookahead.settle()
         if not (stop is not None and stop()):  # then the dense partition (a share of the time left)
             left = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
-            refresh(self.db, max_seconds=left, min_pending=BLOCK_IDS)
+            refresh(self.db, max_seconds=left, min_pending=1 if thorough else BLOCK_IDS, repair=thorough)
         pending, _ = self.db.queue.backlog()
         return ProcessReport(done, pending, time.perf_counter() - t0, stale, aside)
 
     def refresh_partition(self) -> None:
-        """After an offline inline ``add``: the dense partition, once a block of messages waits for
-        lists (or training is due), for at most a second of listing."""
-        refresh(self.db, max_seconds=1.0, min_pending=BLOCK_IDS)
+        """After an offline inline ``add`` (committed): the dense partition, once a block of messages
+        waits for lists (or training is due), for at most a second of listing. It is a hint: a
+        busy file or any other error is logged, never raised to the ``add`` that already stored
+        its messages (the next one, or ``memsif process``, goes on)."""
+        try:
+            refresh(self.db, max_seconds=1.0, min_pending=BLOCK_IDS)
+        except MemsifError as e:
+            log.warning("dense partition not refreshed after add: %s", e)

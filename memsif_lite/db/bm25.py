@@ -16,9 +16,10 @@ chooses rows, only scores them:
   of several tokens — exactly as the OR would match it);
 * the rows holding a rarer word are ranked in two parts, those that also hold a common word
   (``rare AND common``) and those that do not (``rare NOT common``): each part's expression names
-  every word once, so each row's score is bit for bit its score under the plain OR (``bm25()``
-  sums over the words a row holds, with each word's idf from its whole list), and the two parts
-  merged are the plain OR's ranking of those rows;
+  every word once, so each row's score is its score under the plain OR (``bm25()`` sums over
+  the words a row holds, with each word's idf from its whole list) up to the last bits of a sum
+  taken in another order (the common words last), and the two parts merged are the plain OR's
+  ranking of those rows but for such near-ties (ties by rowid);
 * rows that hold only common words come after them, and only when the rarer words fill fewer than
   ``depth`` places (or there is none): from the plain OR over the most recent :data:`TERM_CAP`
   messages, so that no query scores more than a bounded number of rows.

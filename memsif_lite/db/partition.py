@@ -12,7 +12,42 @@ import numpy as np
 from ..partition import BLOCK_IDS, NONE, Centroids
 from .base import Table
 
-__all__ = ["PartitionRows", "partition_problems"]
+__all__ = ["PartitionRows", "ListMap", "partition_problems"]
+
+#: the most blocks of ids a file's lists are looked up in (ids up to 2^32); a block beyond is ignored
+#: (its messages count as unlisted): a damaged file with a huge id cannot make a reader allocate for it
+MAX_BLOCKS = 1 << 20
+
+
+class ListMap:
+    """Each message id's list under one version, kept as the file's blocks of 4,096 ids (not one
+    array indexed by id: ids may be sparse, or huge in a damaged file)."""
+
+    def __init__(self, blocks: dict[int, np.ndarray]):
+        usable = {b: a for b, a in blocks.items() if 0 <= b < MAX_BLOCKS}
+        top = max(usable, default=-1)
+        self.slot = np.full(top + 1, -1, dtype=np.int64)  # block -> its offset in data, -1: none
+        self.data = np.concatenate([usable[b] for b in sorted(usable)]) if usable else np.empty(0, np.uint16)
+        for i, b in enumerate(sorted(usable)):
+            self.slot[b] = i * BLOCK_IDS
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """The lists of ``ids`` (``NONE`` where the file gives none)."""
+        out = np.full(len(ids), NONE, dtype=np.uint16)
+        block = ids // BLOCK_IDS
+        inside = (ids >= 0) & (block < len(self.slot))
+        at = np.full(len(ids), -1, dtype=np.int64)
+        at[inside] = self.slot[block[inside]]
+        held = at >= 0
+        out[held] = self.data[at[held] + ids[held] % BLOCK_IDS]
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self.slot.nbytes + self.data.nbytes
+
+
+EMPTY = ListMap({})
 
 
 def _stamp(con: Any) -> str | None:
@@ -51,6 +86,8 @@ class PartitionRows(Table):
     def __init__(self, con: Any, dim: int):
         super().__init__(con)
         self.dim = dim
+        #: the highest message id below which a count cannot make training due (refresh keeps it)
+        self.count_due_at = 0
 
     def present(self) -> bool:
         """The file has the partition's tables (schema 15 on)."""
@@ -100,21 +137,44 @@ class PartitionRows(Table):
         """The current lists, or None (none trained yet, or damaged)."""
         return _centroids(self.con, self.dim)[0]
 
-    def lists_by_id(self, current: Centroids, max_id: int) -> np.ndarray:
-        """Each message id's list (``NONE`` where it has none under ``current``, or its block is
-        damaged), indexed by id, for ids 0..``max_id``."""
-        out = np.full(max_id + 1, NONE, dtype=np.uint16)
-        for block, blob in self.con.execute("SELECT block, lists FROM vector_lists WHERE version=? AND block<=?",
-                                            (current.version, max_id // BLOCK_IDS)):
-            a = _block(blob, current.lists) if isinstance(block, int) and block >= 0 else None
+    def list_map(self, current: Centroids) -> ListMap:
+        """Each message id's list under ``current`` (none where its block is missing or damaged)."""
+        return ListMap(self.blocks(current))
+
+    def blocks(self, current: Centroids) -> dict[int, np.ndarray]:
+        """The sound blocks of ``current``'s lists, by block number."""
+        out = {}
+        for block, blob in self.con.execute("SELECT block, lists FROM vector_lists WHERE version=?",
+                                            (current.version,)):
+            a = _block(blob, current.lists) if isinstance(block, int) and 0 <= block < MAX_BLOCKS else None
             if a is not None:
-                lo = block * BLOCK_IDS
-                out[lo:lo + BLOCK_IDS] = a[:len(out) - lo]
+                out[block] = a
         return out
 
+    def header(self) -> tuple[int, int, int] | None:
+        """(version, trained_rows, assigned_through) of the current lists, without the centroids
+        (None: none, or not one sound row)."""
+        rows = self.con.execute("SELECT version, trained_rows, assigned_through FROM vector_partition").fetchall()
+        return tuple(rows[0]) if len(rows) == 1 and all(isinstance(v, int) for v in rows[0]) else None
+
+    def message_blocks(self, through: int) -> set[int]:
+        """The blocks holding a message with an id up to ``through``."""
+        return {int(b) for (b,) in self.con.execute(f"SELECT DISTINCT id / {BLOCK_IDS} FROM messages WHERE id <= ?",
+                                                    (through,))}
+
+    def codes_in_block(self, block: int, through: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int8 codes) of the messages of ``block`` with an id up to ``through``, by id."""
+        return self._codes(self.con.execute(
+            "SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
+            "WHERE m.id >= ? AND m.id < ? AND m.id <= ? ORDER BY m.id",
+            (block * BLOCK_IDS, (block + 1) * BLOCK_IDS, through)).fetchall())
+
     def replace(self, trained_rows: int, vectors: np.ndarray) -> int:
-        """New lists (in the caller's transaction): the old version and its blocks go; returns the version."""
-        version = (self.version() or 0) + 1
+        """New lists (in the caller's transaction): the old version and its blocks go; returns the
+        version, never one given before (from the stamp, which only grows: a reader holding rows
+        laid out by an old version's lists must never take the new lists for them)."""
+        stamp = self.stamp() or "0"
+        version = max(self.version() or 0, int(stamp) if stamp.isdigit() else 0) + 1
         self.con.execute("DELETE FROM vector_partition")
         self.con.execute("DELETE FROM vector_lists")
         self.con.execute("INSERT INTO vector_partition(version, trained_rows, lists, dim, centroids) VALUES(?,?,?,?,?)",
@@ -125,11 +185,21 @@ class PartitionRows(Table):
     def set_lists(self, version: int, ids: np.ndarray, lists: np.ndarray) -> None:
         """Give messages ``ids`` (ascending) their ``lists``, and mark every id up to the last one
         done (in the caller's transaction)."""
-        for b in np.unique(ids // BLOCK_IDS).tolist():
+        self.write_lists(version, ids, lists)
+        self.set_through(version, int(ids[-1]))
+
+    def write_lists(self, version: int, ids: np.ndarray, lists: np.ndarray, *, blocks: Any = ()) -> None:
+        """Store the lists of ``ids`` (in the caller's transaction); each of ``blocks`` is written
+        whole from them (a lost or damaged block listed again: its other ids have no message)."""
+        for b in blocks:
+            self.con.execute("DELETE FROM vector_lists WHERE block=?", (int(b),))
+        for b in np.unique(np.concatenate([ids // BLOCK_IDS, np.asarray(list(blocks), dtype=np.int64)])).tolist():
             sel = (ids >= b * BLOCK_IDS) & (ids < (b + 1) * BLOCK_IDS)
             self._set_block(b, version, ids[sel] - b * BLOCK_IDS, lists[sel])
+
+    def set_through(self, version: int, through: int) -> None:
         self.con.execute("UPDATE vector_partition SET assigned_through=max(assigned_through, ?) WHERE version=?",
-                         (int(ids[-1]), version))
+                         (through, version))
 
     def _set_block(self, block: int, version: int, offsets: np.ndarray, lists: np.ndarray) -> None:
         row = self.con.execute("SELECT lists FROM vector_lists WHERE block=? AND version=?",
@@ -149,7 +219,9 @@ class PartitionRows(Table):
 def partition_problems(con: Any, dim: int) -> list[str]:
     """``memsif check``: a damaged partition (it only costs recall; ``memsif process`` rebuilds it)."""
     if _stamp(con) is None:
-        return []
+        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_schema WHERE type='table'")}
+        return ["meta 'partition_stamp' is missing: the dense partition is off (dense search scans every row)"] \
+            if "vector_partition" in tables else []
     current, why = _centroids(con, dim)
     out = [f"{why} (dense search scans every row; `memsif process` trains it again)"] if why else []
     if current is not None:
@@ -157,5 +229,11 @@ def partition_problems(con: Any, dim: int) -> list[str]:
                if not isinstance(b, int) or b < 0 or _block(blob, current.lists) is None]
         if bad:
             out.append(f"{len(bad)} blocks of vector_lists are damaged (first: {bad[0]}); their messages are "
+                       "scanned every time until `memsif process` lists them again")
+        held = {b for (b,) in con.execute("SELECT block FROM vector_lists WHERE version=?", (current.version,))}
+        lost = sorted({int(b) for (b,) in con.execute(f"SELECT DISTINCT id / {BLOCK_IDS} FROM messages WHERE id <= ?",
+                                                      (current.assigned_through,))} - held)
+        if lost:
+            out.append(f"{len(lost)} blocks of vector_lists are missing (first: {lost[0]}); their messages are "
                        "scanned every time until `memsif process` lists them again")
     return out

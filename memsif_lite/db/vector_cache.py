@@ -43,7 +43,7 @@ import numpy as np
 from ..int8 import cosine_distances, quantize
 from .. import partition as dense
 from ..partition import NONE, Centroids, probe
-from .partition import PartitionRows
+from .partition import EMPTY, ListMap, PartitionRows
 
 __all__ = ["VectorCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
 
@@ -106,7 +106,7 @@ class VectorCache:
         self._part = PartitionRows(con, dim)
         self._stamp: str | None = None  # partition_stamp at the last load of the lists
         self._centroids: Centroids | None = None
-        self._by_id = np.empty(0, dtype=np.uint16)  # the file's lists, indexed by message id
+        self._list_map: ListMap = EMPTY  # the file's lists, by message id
         self._index: _Index | None = None
         self._times_loaded = False
         self._others = True
@@ -222,7 +222,7 @@ class VectorCache:
             self._reset()
             if not self._load_chunks():
                 self._load_rows(self.con.execute(f"SELECT rowid, embedding, NULL FROM {self.table}"), set())
-                self._lists[:self._n] = _lists_of(self._ids[:self._n], self._by_id)
+                self._lists[:self._n] = self._list_map.lookup(self._ids[:self._n])
             return
         cur = self.con.execute("SELECT m.id, v.embedding, m.at FROM messages m JOIN message_vec v "
                                "ON v.rowid=m.id WHERE m.id > ?", (self._hw,))
@@ -253,7 +253,7 @@ class VectorCache:
                 place, lists = self._placement(total)
             cur = self.con.execute(f"SELECT c.chunk_id, c.size, c.validity, c.rowids, v.vectors FROM {t}_chunks c "
                                    f"JOIN {t}_vector_chunks00 v ON v.rowid = c.chunk_id")  # no ORDER BY: no sorter
-            self._grow(total)
+            self._grow(total + total // 16)  # room for the adds that follow, without a copy of everything
             n = 0
             while group := list(itertools.islice(cur, 64)):
                 valid = np.concatenate([_valid(size, validity, rowids, vectors, self.dim, t)
@@ -282,7 +282,7 @@ class VectorCache:
         if self.append_only:
             self._times[:n] = b""
             if place is None:
-                self._lists[:n] = _lists_of(self._ids[:n], self._by_id)
+                self._lists[:n] = self._list_map.lookup(self._ids[:n])
             else:
                 self._lists[:n] = np.sort(lists)
                 assert self._centroids is not None
@@ -301,7 +301,7 @@ class VectorCache:
         ids = np.concatenate(parts) if parts else np.empty(0, np.int64)
         if len(ids) != total:
             raise ValueError(f"{t}: {len(ids)} valid rows in the chunks, {total} rowids")
-        lists = _lists_of(ids, self._by_id)
+        lists = self._list_map.lookup(ids)
         dest = np.empty(len(ids), dtype=np.int64)
         dest[np.argsort(lists, kind="stable")] = np.arange(len(ids))
         place, at = {}, 0
@@ -313,7 +313,7 @@ class VectorCache:
     def _load_times(self) -> None:
         """Every cached message's time (a vector without its message, or a time that cannot be
         compared exactly here, turns time windows over to vec0)."""
-        n = self._n
+        n, self._timed = self._n, True  # every row's time is read again below
         order = np.argsort(self._ids[:n], kind="stable")
         sorted_ids = self._ids[:n][order]
         found = np.zeros(n, dtype=bool)
@@ -339,18 +339,18 @@ class VectorCache:
         """The partition's centroids and each message id's list, as the file holds them now."""
         self._stamp = stamp
         self._centroids = None if stamp is None else self._part.current()
-        self._by_id = (np.empty(0, dtype=np.uint16) if self._centroids is None
-                       else self._part.lists_by_id(self._centroids, self._part.max_message_id()))
+        self._list_map = EMPTY if self._centroids is None else self._part.list_map(self._centroids)
 
     def _load_lists(self, stamp: str | None) -> None:
         """The partition changed in the file: each cached row's list again. Rows laid out list by
         list stay so while the lists are the same version (a row's list never changes within
         one: newly listed rows were unlisted, and are scanned as such)."""
-        version = None if self._centroids is None else self._centroids.version
+        held = self._centroids
         self._read_partition(stamp)
-        if self._centroids is None or self._centroids.version != version:
+        c = self._centroids
+        if c is None or held is None or c.version != held.version or c.lists != held.lists:
             self._index = None
-        self._lists[:self._n] = _lists_of(self._ids[:self._n], self._by_id)
+        self._lists[:self._n] = self._list_map.lookup(self._ids[:self._n])
         if self._index is not None and not self._index.is_contiguous:
             self._index = None
 
@@ -382,7 +382,8 @@ class VectorCache:
         if self._centroids is None or self._n < dense.MIN_ROWS or not self.append_only:
             return None
         ix = self._index
-        if ix is None or self._n - ix.n > max(4096, ix.n // 20):  # rows appended since: scanned as they are
+        if ix is None or len(ix.sizes) != self._centroids.lists or self._n - ix.n > max(4096, ix.n // 20):
+            # (rows appended since the index was made are scanned as they are, up to a twentieth more)
             ix = self._index = _Index.build(self._lists[:self._n], self._centroids.lists)
         chosen = np.sort(probe(self._centroids.vectors, ix.sizes, qf, max(int(dense.SCAN_SHARE * self._n), 64 * k)))
         order = ix.order
@@ -458,7 +459,7 @@ class VectorCache:
     def nbytes(self) -> int:
         """Memory held (allocated capacity of codes, ids and norms, plus the scratch block)."""
         return (self._codes.nbytes + self._ids.nbytes + self._sq.nbytes + self._times.nbytes + self._lists.nbytes
-                + self._by_id.nbytes + self._scratch.nbytes + (0 if self._index is None else self._index.nbytes))
+                + self._list_map.nbytes + self._scratch.nbytes + (0 if self._index is None else self._index.nbytes))
 
     @property
     def size(self) -> int:
@@ -503,7 +504,7 @@ class VectorCache:
         self._ids[self._n:need] = ids
         self._sq[self._n:need] = _squared_norms(codes)
         if self.append_only:
-            self._lists[self._n:need] = _lists_of(ids, self._by_id)
+            self._lists[self._n:need] = self._list_map.lookup(ids)
             held = _time_code(times) if times is not None else None
             if held is None:  # a time that cannot be compared exactly here: time windows go to vec0
                 self._timed = False
@@ -549,14 +550,6 @@ class _Index:
 def _runs(lists: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.bincount(lists[lists != NONE], minlength=count)[:count]
     return sizes, np.concatenate(([0], np.cumsum(sizes)))
-
-
-def _lists_of(ids: np.ndarray, by_id: np.ndarray) -> np.ndarray:
-    """Each id's list in ``by_id`` (``NONE`` beyond it)."""
-    out = np.full(len(ids), NONE, dtype=np.uint16)
-    known = ids < len(by_id)
-    out[known] = by_id[ids[known]]
-    return out
 
 
 def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table: str) -> np.ndarray:
