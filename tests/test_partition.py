@@ -77,8 +77,8 @@ def test_lists_are_trained_kept_and_searched_exactly_inside(filled):
     assert current is not None and current.lists == partition.list_count(current.trained_rows)
     ids = db.partition.message_ids()
     assert current.assigned_through == int(ids.max())
-    held = db.partition.lists_by_id(current, int(ids.max()))
-    assert np.all(held[ids] < current.lists)  # every message has its list
+    held = db.partition.list_map(current).lookup(ids)
+    assert np.all(held < current.lists)  # every message has its list
     cache = db.vectors
     recall = []
     for i in range(TOPICS):
