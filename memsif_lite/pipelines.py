@@ -22,7 +22,7 @@ from .core_facts import (CoreFactWriter, FactExtractor, LLMFactExtractor, LLMOpe
                          OfflineOperationChooser, OperationChooser)
 from .db import Database
 from .embed import Embedder, Embeddings, query_levels, recorded_embedder, resolve_embedder
-from .errors import InvalidInputError, MemoryFileError
+from .errors import InvalidInputError, MemoryFileError, MemsifError
 from .ingest import IngestPipeline
 from .keys import Key
 from .llm import LLM, CallRecord, ModelHealth
@@ -196,14 +196,28 @@ def open_database(path: Path, cfg: Config, embedder: Embedder | None, *, read_on
     emb = embedder or embedder_for(cfg, info)
     if info is not None:  # a file made with another model is refused before it is opened for writing
         check_embedding(info.meta, emb.model_id, emb.dim, emb.metric, path)
-    db = reopen(path, cfg, emb, read_only=read_only, immutable=quiet.immutable, key=key)
+    try:
+        db = _connect_checked(path, cfg, emb, read_only=read_only, immutable=quiet.immutable, key=key)
+    except MemsifError:
+        if not quiet.immutable or quiet.still_quiet():
+            raise
+        # an immutable open can meet a page a writer that came meanwhile was rewriting: the
+        # shared way instead (as QuietReads.read does for a read)
+        quiet = store.QuietReads(path, None)
+        db = _connect_checked(path, cfg, emb, read_only=read_only, immutable=False, key=key)
+    return db, emb, quiet
+
+
+def _connect_checked(path: Path, cfg: Config, emb: Embedder, *, read_only: bool, immutable: bool,
+                     key: Key | None) -> Database:
+    db = reopen(path, cfg, emb, read_only=read_only, immutable=immutable, key=key)
     try:
         with map_errors():
             check_meta(db, emb, cfg, path, write=not read_only)
     except BaseException:
         db.close()
         raise
-    return db, emb, quiet
+    return db
 
 
 def reopen(path: Path, cfg: Config, emb: Embedder, *, read_only: bool, immutable: bool = False,
