@@ -25,6 +25,10 @@ SPEAKER_WEIGHT = 0.3
 #: the units of this many best-ranked messages are looked up first; the rest only when they could
 #: still change the top units (top_units), which gives the same result as looking up all
 UNIT_PREFIX = 60
+#: a top segment or trajectory of more messages than this adds none of them as candidates: its
+#: score goes to its members the message-level ranking found (a trajectory of a long life can hold
+#: hundreds of thousands; no LoCoMo conversation reaches it: 369-680 messages)
+MEMBER_CAP = 2000
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
@@ -179,7 +183,14 @@ class Retriever:
                 by_member, whole = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores)]), True
                 top = top_units(dense, by_member[level], self.top_units, complete=True)
             assert top is not None
-            members = self.db.structure.members(level, [uid for uid, _ in top])
+            members = self.db.structure.members(level, [uid for uid, _ in top], cap=MEMBER_CAP)
+            large = {uid for uid, _ in top} - set(members)
+            if large:  # over MEMBER_CAP messages: only their members the message-level ranking found
+                for uid in large:
+                    members[uid] = []
+                for mid, uid in sorted(self.db.structure.units_of(list(msg_scores))[level].items()):
+                    if uid in large:
+                        members[uid].append(mid)
             keep = None if flt is None else self.db.filters.keep([m for ms in members.values() for m in ms], flt)
             for uid, us in top:
                 for mid in members[uid]:

@@ -156,3 +156,24 @@ def test_an_add_does_not_read_every_message_id_when_no_training_is_due(small_par
         mem.add("Ana", f"one more message {i}")
     assert mem._db.partition.current().trained_rows == 600  # nothing was trained...
     assert len(calls) <= 1, f"...yet {len(calls)} adds each read every message id"  # (before: 5)
+
+
+# -- a segment or trajectory of a long life adds none of its members as candidates -----------------
+def test_a_unit_over_the_member_cap_lends_its_score_only_to_members_already_ranked(memory, monkeypatch):
+    from memsif_lite import retrieval
+
+    mem = memory()
+    mem.add_many(conversation(600))
+    r = mem._p.retriever
+    q = "t3w0 t3w1 t3w2"
+    own = retrieval.rrf(r.dense(r.embed_query(q), 10, None), r.bm25(q, 10, None))
+    whole = dict(r.rank_with_structure(q, depth=10))
+    monkeypatch.setattr(retrieval, "MEMBER_CAP", 10**9)
+    assert dict(r.rank_with_structure(q, depth=10)) == whole  # under the cap: every member a candidate
+    monkeypatch.setattr(retrieval, "MEMBER_CAP", 0)  # every unit over it
+    capped = dict(r.rank_with_structure(q, depth=10))
+    assert set(capped) == set(own)  # no member added, only the ranked ones lent their units' score
+    assert all(capped[m] >= own[m] for m in own) and any(capped[m] > own[m] for m in own)
+    segs = mem._db.structure.units_by_best_member(list(own))["segment"]
+    assert mem._db.structure.members("segment", segs, cap=0) == {}  # their members were never read
+    assert set(mem._db.structure.members("segment", segs, cap=10**9)) == set(segs)

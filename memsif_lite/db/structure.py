@@ -243,6 +243,17 @@ class Structure(Table):
             "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (sid, sid, limit)).fetchall()
         return [MessageRow(*r) for r in reversed(rows)]
 
+    def units_of(self, mids: list[int]) -> dict[str, dict[int, int]]:
+        """Per level, message id -> its segment (trajectory), for the given messages (one query)."""
+        out: dict[str, dict[int, int]] = {"segment": {}, "trajectory": {}}
+        for mid, sid, tid in self.rows_in(
+                "SELECT u.message_id, u.segment_id, s.trajectory_id FROM message_units u "
+                "JOIN segments s ON s.id=u.segment_id WHERE u.message_id IN ({marks})", mids):
+            out["segment"][mid] = sid
+            if tid is not None:
+                out["trajectory"][mid] = tid
+        return out
+
     def units_by_best_member(self, ranked: list[int]) -> dict[str, list[int]]:
         """Per level, the segments (trajectories) holding any of the ``ranked`` message ids, in
         the order of their best-ranked member (one query)."""
@@ -265,9 +276,15 @@ class Structure(Table):
         return self.con.execute("SELECT max(message_id) FROM message_units WHERE segment_id=?",
                                 (segment_id,)).fetchone()[0]
 
-    def members(self, level: str, uids: list[int]) -> dict[int, list[int]]:
-        """unit id -> its message ids in order, for the given units (one query)."""
+    def members(self, level: str, uids: list[int], cap: int | None = None) -> dict[int, list[int]]:
+        """unit id -> its message ids in order, for the given units (one query); with ``cap``,
+        only for the units of at most ``cap`` messages (by their count: a trajectory of a long
+        life can hold hundreds of thousands), the others left out."""
         key = "u.segment_id" if level == "segment" else "s.trajectory_id"
+        if cap is not None:
+            table = "segments" if level == "segment" else "trajectories"
+            uids = [u for u, n in self.rows_in(f"SELECT id, n_messages FROM {table} WHERE id IN ({{marks}})", uids)
+                    if isinstance(n, int) and n <= cap]
         out: dict[int, list[int]] = {u: [] for u in uids}
         for uid, mid in self.rows_in(
                 f"SELECT {key}, u.message_id FROM message_units u JOIN segments s ON s.id=u.segment_id "
