@@ -260,16 +260,13 @@ class Structure(Table):
         rank: dict[int, int] = {}
         for pos, mid in enumerate(ranked):
             rank.setdefault(mid, pos)
-        seg: dict[int, int] = {}   # unit id -> rank of its best member
-        traj: dict[int, int] = {}
-        for mid, sid, tid in self.rows_in(
-                "SELECT u.message_id, u.segment_id, s.trajectory_id FROM message_units u "
-                "JOIN segments s ON s.id=u.segment_id WHERE u.message_id IN ({marks})", list(rank)):
-            pos = rank[mid]
-            seg[sid] = min(pos, seg.get(sid, pos))
-            if tid is not None:
-                traj[tid] = min(pos, traj.get(tid, pos))
-        return {"segment": sorted(seg, key=seg.__getitem__), "trajectory": sorted(traj, key=traj.__getitem__)}
+        out: dict[str, list[int]] = {}
+        for level, unit_of in self.units_of(list(rank)).items():
+            best: dict[int, int] = {}  # unit id -> rank of its best member
+            for mid, uid in unit_of.items():
+                best[uid] = min(rank[mid], best.get(uid, rank[mid]))
+            out[level] = sorted(best, key=best.__getitem__)
+        return out
 
     def last_member(self, segment_id: int) -> int | None:
         """The latest message placed in a segment."""

@@ -222,7 +222,6 @@ class VectorCache:
             self._reset()
             if not self._load_chunks():
                 self._load_rows(self.con.execute(f"SELECT rowid, embedding, NULL FROM {self.table}"), set())
-                self._lists[:self._n] = self._list_map.lookup(self._ids[:self._n])
             return
         cur = self.con.execute("SELECT m.id, v.embedding, m.at FROM messages m JOIN message_vec v "
                                "ON v.rowid=m.id WHERE m.id > ?", (self._hw,))
