@@ -16,6 +16,17 @@ VEC_TABLES = {"message_vec": "messages", "segment_vec": "segments", "trajectory_
               "fact_vec": "core_facts", "active_fact_vec": "active_facts"}
 
 
+def highest_message_id(con: Any) -> int:
+    """The largest message id stored (0: none)."""
+    return int(con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+
+
+def bump_counter(con: Any, key: str) -> None:
+    """Add one to the meta counter ``key`` (in the caller's transaction): ``vector_epoch``,
+    ``partition_stamp``, the changes other processes' caches look for."""
+    con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key=?", (key,))
+
+
 class Table:
     """Base of the table groups: holds the connection."""
 

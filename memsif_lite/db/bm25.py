@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .base import highest_message_id
+
 __all__ = ["TERM_CAP", "or_query", "ranked", "common_terms"]
 
 #: posting-list length (rows) above which a query word only re-ranks the rows of the rarer words;
@@ -52,16 +54,12 @@ def or_query(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def _highest_id(con: Any) -> int:
-    return int(con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
-
-
 def common_terms(con: Any, terms: Sequence[str]) -> list[str]:
     """The ``terms`` whose posting lists hold more than :data:`TERM_CAP` rows of ``message_fts``;
     none, without counting, while no message id exceeds it. Each count walks at most
     ``TERM_CAP + 1`` rows."""
     cap = TERM_CAP
-    if _highest_id(con) <= cap:
+    if highest_message_id(con) <= cap:
         return []
     sql = "SELECT count(*) FROM (SELECT 1 FROM message_fts WHERE message_fts MATCH ? LIMIT ?)"
     return [t for t in terms if con.execute(sql, (or_query([t]), cap + 1)).fetchone()[0] > cap]
@@ -89,7 +87,7 @@ def ranked(con: Any, terms: Sequence[str], speaker_weight: float, depth: int,
     if where is not None:
         return [r for r, _ in _match(con, plain, speaker_weight, depth, where)]
     seen = set(got)
-    recent = _match(con, plain, speaker_weight, depth + len(got), None, since=_highest_id(con) - TERM_CAP)
+    recent = _match(con, plain, speaker_weight, depth + len(got), None, since=highest_message_id(con) - TERM_CAP)
     return (got + [r for r, _ in recent if r not in seen])[:depth]
 
 

@@ -13,7 +13,7 @@ from ..timeutil import from_stored, is_stored
 from ..tokens import count_tokens
 from ..types import Message
 from . import bm25
-from .base import Table
+from .base import Table, bump_counter
 from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
 
@@ -205,4 +205,4 @@ class Messages(Table):
     def bump_epoch(self) -> None:
         """Tell other processes' vector caches that message vectors were removed or rewritten
         (in the caller's transaction)."""
-        self.con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='vector_epoch'")
+        bump_counter(self.con, "vector_epoch")

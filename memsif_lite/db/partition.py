@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..partition import BLOCK_IDS, NONE, Centroids
-from .base import Table
+from .base import Table, bump_counter, highest_message_id
 
 __all__ = ["PartitionRows", "ListMap", "partition_problems"]
 
@@ -98,7 +98,7 @@ class PartitionRows(Table):
         return _stamp(self.con)
 
     def max_message_id(self) -> int:
-        return int(self.con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+        return highest_message_id(self.con)
 
     def message_ids(self) -> np.ndarray:
         """Every message id that has a vector, ascending."""
@@ -106,12 +106,8 @@ class PartitionRows(Table):
 
     def codes_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, int8 codes) of those of ``ids`` that have a vector."""
-        got: list[tuple[int, bytes]] = []
-        for s in range(0, len(ids), 500):
-            part = ids[s:s + 500].tolist()
-            got += self.con.execute("SELECT m.id, v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
-                                    f"WHERE m.id IN ({','.join('?' * len(part))})", part).fetchall()
-        return self._codes(got)
+        return self._codes(list(self.rows_in("SELECT m.id, v.embedding FROM messages m JOIN message_vec v "
+                                             "ON v.rowid = m.id WHERE m.id IN ({marks})", ids.tolist())))
 
     def codes_after(self, through: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, int8 codes) of the first ``limit`` messages with an id above ``through``, by id."""
@@ -196,6 +192,7 @@ class PartitionRows(Table):
         for b in np.unique(np.concatenate([ids // BLOCK_IDS, np.asarray(list(blocks), dtype=np.int64)])).tolist():
             sel = (ids >= b * BLOCK_IDS) & (ids < (b + 1) * BLOCK_IDS)
             self._set_block(b, version, ids[sel] - b * BLOCK_IDS, lists[sel])
+        self._bump()
 
     def set_through(self, version: int, through: int) -> None:
         self.con.execute("UPDATE vector_partition SET assigned_through=max(assigned_through, ?) WHERE version=?",
@@ -210,10 +207,9 @@ class PartitionRows(Table):
         self.con.execute("INSERT INTO vector_lists(block, version, lists) VALUES(?,?,?) ON CONFLICT(block) "
                          "DO UPDATE SET version=excluded.version, lists=excluded.lists",
                          (block, version, a.astype("<u2").tobytes()))
-        self._bump()
 
     def _bump(self) -> None:
-        self.con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='partition_stamp'")
+        bump_counter(self.con, "partition_stamp")
 
 
 def partition_problems(con: Any, dim: int) -> list[str]:
@@ -225,14 +221,14 @@ def partition_problems(con: Any, dim: int) -> list[str]:
     current, why = _centroids(con, dim)
     out = [f"{why} (dense search scans every row; `memsif process` trains it again)"] if why else []
     if current is not None:
-        bad = [b for b, blob in con.execute("SELECT block, lists FROM vector_lists WHERE version=?", (current.version,))
-               if not isinstance(b, int) or b < 0 or _block(blob, current.lists) is None]
+        rows = PartitionRows(con, dim)
+        listed = [b for (b,) in con.execute("SELECT block FROM vector_lists WHERE version=?", (current.version,))]
+        held, sound = set(listed), rows.blocks(current)
+        bad = [b for b in listed if b not in sound]
         if bad:
             out.append(f"{len(bad)} blocks of vector_lists are damaged (first: {bad[0]}); their messages are "
                        "scanned every time until `memsif process` lists them again")
-        held = {b for (b,) in con.execute("SELECT block FROM vector_lists WHERE version=?", (current.version,))}
-        lost = sorted({int(b) for (b,) in con.execute(f"SELECT DISTINCT id / {BLOCK_IDS} FROM messages WHERE id <= ?",
-                                                      (current.assigned_through,))} - held)
+        lost = sorted(rows.message_blocks(current.assigned_through) - held)
         if lost:
             out.append(f"{len(lost)} blocks of vector_lists are missing (first: {lost[0]}); their messages are "
                        "scanned every time until `memsif process` lists them again")
