@@ -63,7 +63,7 @@ def refresh(db: Database, *, max_seconds: float | None = None, min_pending: int 
                 if rows.version() != version:
                     return RefreshReport(False, 0, 0)  # another process trained meanwhile: its lists stand
                 version = rows.replace(n, vectors)
-            current, trained = dense.Centroids(version, n, vectors), True
+            current, trained, pending = dense.Centroids(version, n, vectors), True, n
             log.info("dense partition: %d lists trained on %d message vectors", lists, n)
     if current is None:
         if head is None:
@@ -72,18 +72,14 @@ def refresh(db: Database, *, max_seconds: float | None = None, min_pending: int 
             pending = rows.pending(head[2])
         if pending < min_pending and not repair:
             return RefreshReport(trained, 0, pending)
-        with db.read():
+        with db.read():  # the centroids only now: most calls (an add's) stop above
             current = rows.current()
         if current is None:
             return RefreshReport(trained, 0, pending)
-    done = 0
-    if repair:
-        done += _relist_lost_blocks(db, current)
-    through = current.assigned_through
-    with db.read():
-        pending = rows.pending(through)
+    done = _relist_lost_blocks(db, current) if repair else 0
     if pending < min_pending:
         return RefreshReport(trained, done, pending)
+    through = current.assigned_through
     listed = 0
     while max_seconds is None or time.perf_counter() - t0 < max_seconds:
         with db.read():
