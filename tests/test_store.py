@@ -17,6 +17,7 @@ from memsif_lite import (
     MemoryFileError,
     NotAMemoryFileError,
     SchemaVersionError,
+    StorageCorruptError,
 )
 from fakes import FakeEmbedder, raw
 from memsif_lite import store
@@ -76,6 +77,36 @@ def test_truncated_memory_file_refused(db, fake_embedder):
     with pytest.raises(MemoryFileError):
         Memory(db, embedder=fake_embedder)
     assert len(db.read_bytes()) == len(data) // 2
+
+
+def _scribble_over_message_pages(db):
+    con = apsw.Connection(str(db))
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    pages = [r[0] for r in con.execute("SELECT pageno FROM dbstat WHERE name='messages' AND pagetype='leaf'")]
+    con.close()
+    data = bytearray(db.read_bytes())
+    for pg in pages:
+        off = (pg - 1) * 4096
+        data[off + 100: off + 400] = b"\xff" * 300
+    db.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_a_large_file_is_checked_whole_by_check_not_at_every_open(db, fake_embedder, monkeypatch):
+    """Past FULL_CHECK_MAX_BYTES an open reads the schema, not every page (seconds at 1M
+    messages): a damaged message page is then found when read, as a StorageCorruptError, and by
+    ``check``; under it, the open itself refuses the file. Nothing is written either way."""
+    with Memory(db, embedder=fake_embedder) as mem:
+        mem.add_many([{"speaker": "A", "text": f"message number {i} " * 30} for i in range(60)])
+    damaged = _scribble_over_message_pages(db)
+    with pytest.raises(MemoryFileError, match="quick_check"):
+        Memory(db, embedder=fake_embedder)
+    monkeypatch.setattr(store, "FULL_CHECK_MAX_BYTES", len(damaged) - 1)
+    with Memory(db, embedder=fake_embedder) as mem:
+        with pytest.raises(StorageCorruptError):
+            mem.messages()
+        assert any("integrity" in p or "corrupt" in p.lower() or "malformed" in p for p in mem.check())
+    assert db.read_bytes() == damaged
 
 
 def test_newer_schema_version_refused_and_unchanged(db, fake_embedder):
