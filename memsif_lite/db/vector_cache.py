@@ -582,13 +582,14 @@ def _check_chunk(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, 
         raise ValueError(f"{table}: a chunk of an unexpected shape")
 
 
-def _valid_many(chunks: list[Any], dim: int, table: str) -> np.ndarray:
+def _valid_many(chunks: list[tuple[Any, Any, Any, Any]], dim: int, table: str) -> np.ndarray:
     """The validity bits of several chunks (size, validity, rowids, vectors), concatenated, each
     chunk's shape checked (:func:`_valid`); one unpacking when they all have the same size."""
     if not chunks:
         return np.empty(0, dtype=bool)
     size, validity = chunks[0][0], chunks[0][1]
-    if not all(c[0] == size and isinstance(c[1], bytes) and len(c[1]) == len(validity) for c in chunks):
+    if not isinstance(validity, bytes) or not all(
+            c[0] == size and isinstance(c[1], bytes) and len(c[1]) == len(validity) for c in chunks):
         return np.concatenate([_valid(*c, dim, table) for c in chunks])
     for c in chunks:  # the shape checks alone (cheap), then the bits of all at once
         _check_chunk(*c, dim, table)
