@@ -46,7 +46,7 @@ from .. import partition as dense
 from ..partition import NONE, Centroids, probe
 from .partition import EMPTY, ListMap, PartitionRows
 
-__all__ = ["VectorCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
+__all__ = ["VectorCache", "WatchedCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -515,6 +515,31 @@ class VectorCache:
             else:
                 self._times[self._n:need] = held
         self._n = need
+
+class WatchedCache(VectorCache):
+    """A vec0 table in memory whose writers stage nothing (``fact_vec``: CoreFacts are written by
+    extraction, the four operations, undo, forget, merge and import): it is loaded again whenever
+    anything was written since it was loaded — by another connection (``PRAGMA data_version``, as
+    a unit cache) or by this one (``total_changes``: any row, so no write path can be missed) — and
+    it never answers inside a write transaction of this connection (vec0 does there, as before:
+    what it would load there may still be rolled back). Meant
+    for tables a read ranks often and writes change rarely."""
+
+    def __init__(self, con: Any, dim: int, table: str):
+        super().__init__(con, dim, table)
+        self._changes: int | None = None  # this connection's total_changes() at the last load
+
+    def usable(self, allowed: Allowed | None = None) -> bool:
+        writing = self._in_txn or self.con.txn_state() >= apsw.SQLITE_TXN_WRITE
+        return not writing and super().usable(allowed)
+
+    def sync(self, *, times: bool = False) -> None:
+        changes = int(self.con.total_changes())
+        if changes != self._changes:
+            self._reset()
+        super().sync(times=times)
+        self._changes = changes
+
 
 @dataclass(frozen=True)
 class _Index:
