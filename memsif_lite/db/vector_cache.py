@@ -596,7 +596,10 @@ def _mapped(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     populate = getattr(mmap, "MAP_POPULATE", 0)
     if size < _MAPPED_FROM or not populate:
         return np.empty(shape, dtype=dt)
-    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | populate)  # anonymous: fileno -1
+    try:
+        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | populate)  # anonymous: fileno -1
+    except OSError:  # refused (a memory limit): numpy's own allocation decides
+        return np.empty(shape, dtype=dt)
     return np.frombuffer(buf, dtype=dt).reshape(shape)
 
 
