@@ -174,13 +174,22 @@ class Retriever:
                   if w > 0]
         if not levels or self.top_units <= 0:
             return top_scored(total, limit)
+        found: list[dict[str, dict[int, int]]] = []  # units_of every ranked message, once asked
+
+        def units_of_all() -> dict[str, dict[int, int]]:
+            if not found:
+                found.append(self.db.structure.units_of(list(msg_scores)))
+            return found[0]
+
         by_member = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores, UNIT_PREFIX)])
         whole = len(msg_scores) <= UNIT_PREFIX
         for level, weight in levels:
             dense = self._unit_dense(level, qvec, max(self.top_units * 4, 32), flt)
             top = top_units(dense, by_member[level], self.top_units, complete=whole)
             if top is None:  # the units of the first messages cannot decide: look up all
-                by_member, whole = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores)]), True
+                by_member = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores)],
+                                                                    units_of_all())
+                whole = True
                 top = top_units(dense, by_member[level], self.top_units, complete=True)
             assert top is not None
             members = self.db.structure.members(level, [uid for uid, _ in top], cap=MEMBER_CAP)
@@ -188,7 +197,7 @@ class Retriever:
             if large:  # over MEMBER_CAP messages: only their members the message-level ranking found
                 for uid in large:
                     members[uid] = []
-                for mid, uid in sorted(self.db.structure.units_of(list(msg_scores))[level].items()):
+                for mid, uid in sorted(units_of_all()[level].items()):
                     if uid in large:
                         members[uid].append(mid)
             keep = None if flt is None else self.db.filters.keep([m for ms in members.values() for m in ms], flt)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, raw
 from memsif_lite import Memory
 from memsif_lite.db import Database, bm25
+from memsif_lite.db.messages import index_fulltext
 from memsif_lite.filters import MessageFilter
 from memsif_lite.retrieval import SPEAKER_WEIGHT, fts_query
 
@@ -142,3 +143,42 @@ def test_a_read_only_memory_searches_with_the_bound(path, monkeypatch):
     with Memory(path, embedder=FakeEmbedder(), read_only=True) as mem:
         hits = mem.search("castle coffee", k=3)
         assert {h.id for h in hits} & set(RARE["castle"])
+
+
+def test_remembered_common_words_follow_every_write(tmp_path, monkeypatch):
+    """CommonWords gives common_terms' verdict after this connection's writes (committed or rolled
+    back) and another connection's commits."""
+    monkeypatch.setattr(bm25, "TERM_CAP", 5)
+    p = tmp_path / "m.db"
+    lines = [{"speaker": "Ana", "text": f"tea number {i} at the castle", "at": f"2024-01-01T00:{i:02d}:00"}
+             for i in range(8)]
+    words, terms = bm25.CommonWords(), ["tea", "castle", "violin", "tea"]
+    with Memory(p, embedder=FakeEmbedder()) as mem:
+        con = mem._db.con
+
+        def agrees() -> list[str]:
+            with mem._db.read():
+                got = words.of(con, terms)
+                assert got == bm25.common_terms(con, terms) == words.of(con, terms)
+                return got
+
+        mem.add_many(lines[:4])
+        assert agrees() == []  # no id above the cap yet
+        mem.add_many(lines[4:])
+        assert agrees() == ["tea", "castle", "tea"]
+        mem.add_many([{"speaker": "Leo", "text": f"violin {i}", "at": "2024-01-02T00:00:00"} for i in range(6)])
+        assert agrees() == ["tea", "castle", "violin", "tea"]
+        with pytest.raises(RuntimeError), mem._db.write():  # a word indexed, then rolled back
+            for mid in range(100, 106):
+                index_fulltext(con, mid, "Ana", "quartet")
+            assert words.of(con, ["quartet"]) == bm25.common_terms(con, ["quartet"]) == ["quartet"]
+            raise RuntimeError("rolled back")
+        assert agrees() == ["tea", "castle", "violin", "tea"]
+        with mem._db.read():
+            assert words.of(con, ["quartet"]) == []
+        for mid in range(1, 5):
+            mem.forget(message_id=mid)
+        assert agrees() == ["violin"]
+        with Memory(p, embedder=FakeEmbedder()) as other:  # another connection commits
+            other.add_many([dict(d, text=d["text"] + " again") for d in lines])
+        assert agrees() == ["tea", "castle", "violin", "tea"]

@@ -114,6 +114,7 @@ class Messages(Table):
     def __init__(self, con, cache: VectorCache):
         super().__init__(con)
         self.cache = cache
+        self.common_words = bm25.CommonWords()  # which query words are common (bm25), while nothing is written
 
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
                content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None,
@@ -190,7 +191,7 @@ class Messages(Table):
     def bm25(self, terms: Sequence[str], speaker_weight: float, depth: int) -> list[int]:
         """The best ``depth`` messages for the OR of ``terms`` by BM25, bounded on large files
         (:mod:`memsif_lite.db.bm25`)."""
-        return bm25.ranked(self.con, terms, speaker_weight, depth)
+        return bm25.ranked(self.con, terms, speaker_weight, depth, words=self.common_words)
 
     def delete(self, mid: int) -> None:
         """The row, its vector and its full-text entry (provenance rows must be gone first)."""

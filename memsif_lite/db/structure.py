@@ -254,17 +254,21 @@ class Structure(Table):
                 out["trajectory"][mid] = tid
         return out
 
-    def units_by_best_member(self, ranked: list[int]) -> dict[str, list[int]]:
+    def units_by_best_member(self, ranked: list[int],
+                             known: dict[str, dict[int, int]] | None = None) -> dict[str, list[int]]:
         """Per level, the segments (trajectories) holding any of the ``ranked`` message ids, in
-        the order of their best-ranked member (one query)."""
+        the order of their best-ranked member (one query; none when ``known``, :meth:`units_of`
+        of these ids or more, is given)."""
         rank: dict[int, int] = {}
         for pos, mid in enumerate(ranked):
             rank.setdefault(mid, pos)
+        units = self.units_of(list(rank)) if known is None else known
         out: dict[str, list[int]] = {}
-        for level, unit_of in self.units_of(list(rank)).items():
+        for level, unit_of in units.items():
             best: dict[int, int] = {}  # unit id -> rank of its best member
             for mid, uid in unit_of.items():
-                best[uid] = min(rank[mid], best.get(uid, rank[mid]))
+                if mid in rank:
+                    best[uid] = min(rank[mid], best.get(uid, rank[mid]))
             out[level] = sorted(best, key=best.__getitem__)
         return out
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import mmap
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -45,7 +46,7 @@ from .. import partition as dense
 from ..partition import NONE, Centroids, probe
 from .partition import EMPTY, ListMap, PartitionRows
 
-__all__ = ["VectorCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
+__all__ = ["VectorCache", "WatchedCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -55,6 +56,8 @@ BLOCK = 1024
 MAX_BYTES = 1 << 30
 #: bytes of a stored time held per message (``YYYY-MM-DDTHH:MM:SS.ffffff``, the longest one memsif writes)
 TIME_BYTES = 26
+#: arrays of at least this many bytes are mapped in at once (:func:`_mapped`)
+_MAPPED_FROM = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -255,13 +258,14 @@ class VectorCache:
             self._grow(total + total // 16)  # room for the adds that follow, without a copy of everything
             n = 0
             while group := list(itertools.islice(cur, 64)):
-                valid = np.concatenate([_valid(size, validity, rowids, vectors, self.dim, t)
-                                        for _, size, validity, rowids, vectors in group])
+                valid = _valid_many([r[1:] for r in group], self.dim, t)
                 m = int(valid.sum())
                 if n + m > total:
                     raise ValueError(f"{t}: more valid rows in the chunks than rowids")
-                ids = np.frombuffer(b"".join(r[3] for r in group), dtype="<i8")[valid]
-                codes = np.frombuffer(b"".join(r[4] for r in group), dtype=np.int8).reshape(-1, self.dim)[valid]
+                ids = np.frombuffer(b"".join(r[3] for r in group), dtype="<i8")
+                codes = np.frombuffer(b"".join(r[4] for r in group), dtype=np.int8).reshape(-1, self.dim)
+                if m < len(valid):
+                    ids, codes = ids[valid], codes[valid]
                 if place is None:
                     at: Any = slice(n, n + m)
                 else:
@@ -292,12 +296,12 @@ class VectorCache:
         """Where each chunk's valid rows go when laid out list by list (a stable counting sort on
         their lists, the unlisted last), and the rows' lists in chunk order."""
         t = self.table
-        chunks, parts = [], []
-        for cid, size, validity, rowids in self.con.execute(f"SELECT chunk_id, size, validity, rowids FROM {t}_chunks"):
-            valid = _valid(size, validity, rowids, None, self.dim, t)
-            chunks.append((cid, int(valid.sum())))
-            parts.append(np.frombuffer(rowids, dtype="<i8")[valid])
-        ids = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        meta = self.con.execute(f"SELECT chunk_id, size, validity, rowids FROM {t}_chunks").fetchall()
+        valid = _valid_many([(size, validity, rowids, None) for _, size, validity, rowids in meta], self.dim, t)
+        starts = np.cumsum([0] + [r[1] for r in meta[:-1]], dtype=np.int64)
+        held = np.add.reduceat(valid.astype(np.int64), starts) if meta else np.empty(0, np.int64)
+        chunks = list(zip([r[0] for r in meta], held.tolist(), strict=True))
+        ids = np.frombuffer(b"".join(r[3] for r in meta), dtype="<i8")[valid] if meta else np.empty(0, np.int64)
         if len(ids) != total:
             raise ValueError(f"{t}: {len(ids)} valid rows in the chunks, {total} rowids")
         lists = self._list_map.lookup(ids)
@@ -491,7 +495,7 @@ class VectorCache:
         if self.append_only:
             arrays += [("_times", (cap,), np.dtype(f"S{TIME_BYTES}")), ("_lists", (cap,), np.uint16)]
         for name, shape, dt in arrays:
-            new = np.empty(shape, dtype=dt)
+            new = _mapped(shape, dt)
             new[:self._n] = getattr(self, name)[:self._n]
             setattr(self, name, new)
 
@@ -511,6 +515,31 @@ class VectorCache:
             else:
                 self._times[self._n:need] = held
         self._n = need
+
+class WatchedCache(VectorCache):
+    """A vec0 table in memory whose writers stage nothing (``fact_vec``: CoreFacts are written by
+    extraction, the four operations, undo, forget, merge and import): it is loaded again whenever
+    anything was written since it was loaded — by another connection (``PRAGMA data_version``, as
+    a unit cache) or by this one (``total_changes``: any row, so no write path can be missed) — and
+    it never answers inside a write transaction of this connection (vec0 does there, as before:
+    what it would load there may still be rolled back). Meant
+    for tables a read ranks often and writes change rarely."""
+
+    def __init__(self, con: Any, dim: int, table: str):
+        super().__init__(con, dim, table)
+        self._changes: int | None = None  # this connection's total_changes() at the last load
+
+    def usable(self, allowed: Allowed | None = None) -> bool:
+        writing = self._in_txn or self.con.txn_state() >= apsw.SQLITE_TXN_WRITE
+        return not writing and super().usable(allowed)
+
+    def sync(self, *, times: bool = False) -> None:
+        changes = int(self.con.total_changes())
+        if changes != self._changes:
+            self._reset()
+        super().sync(times=times)
+        self._changes = changes
+
 
 @dataclass(frozen=True)
 class _Index:
@@ -554,11 +583,46 @@ def _runs(lists: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
 def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table: str) -> np.ndarray:
     """A vec0 chunk's validity bits (which of its ``size`` slots hold a row), once its shape is
     checked (``vectors`` None: not read)."""
+    _check_chunk(size, validity, rowids, vectors, dim, table)
+    return np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
+
+
+def _mapped(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An empty array whose memory the kernel maps in at once (``MAP_POPULATE``, Linux; elsewhere
+    plain ``np.empty``): filled page by page, a 400 MB cache took a page fault per 4 KiB, which cost
+    1.6 s of the 2.3 s CPU its first load took at a million messages (2026-12-02, this sandbox)."""
+    dt = np.dtype(dtype)
+    size = int(np.prod(shape)) * dt.itemsize
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if size < _MAPPED_FROM or not populate:
+        return np.empty(shape, dtype=dt)
+    try:
+        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | populate)  # anonymous: fileno -1
+    except OSError:  # refused (a memory limit): numpy's own allocation decides
+        return np.empty(shape, dtype=dt)
+    return np.frombuffer(buf, dtype=dt).reshape(shape)
+
+
+def _check_chunk(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table: str) -> None:
     if not (isinstance(size, int) and size > 0 and isinstance(validity, bytes) and isinstance(rowids, bytes)
             and len(validity) * 8 >= size and len(rowids) == 8 * size
             and (vectors is None or (isinstance(vectors, bytes) and len(vectors) == size * dim))):
         raise ValueError(f"{table}: a chunk of an unexpected shape")
-    return np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
+
+
+def _valid_many(chunks: list[tuple[Any, Any, Any, Any]], dim: int, table: str) -> np.ndarray:
+    """The validity bits of several chunks (size, validity, rowids, vectors), concatenated, each
+    chunk's shape checked (:func:`_valid`); one unpacking when they all have the same size."""
+    if not chunks:
+        return np.empty(0, dtype=bool)
+    size, validity = chunks[0][0], chunks[0][1]
+    if not isinstance(validity, bytes) or not all(
+            c[0] == size and isinstance(c[1], bytes) and len(c[1]) == len(validity) for c in chunks):
+        return np.concatenate([_valid(*c, dim, table) for c in chunks])
+    for c in chunks:  # the shape checks alone (cheap), then the bits of all at once
+        _check_chunk(*c, dim, table)
+    bits = np.frombuffer(b"".join(c[1] for c in chunks), dtype=np.uint8).reshape(len(chunks), len(validity))
+    return np.unpackbits(bits, axis=1, bitorder="little")[:, :size].astype(bool).ravel()
 
 
 def _time_code(times: Sequence[Any]) -> np.ndarray | None:
