@@ -235,13 +235,28 @@ class Structure(Table):
         return [(r[0], from_i8(r[1]), _entity_list(r[0], r[2]), r[3]) for r in rows]
 
     def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
-        """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first."""
-        rows = self.con.execute(
-            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM segments s "
-            "JOIN segments o ON o.trajectory_id=s.trajectory_id "
-            "JOIN message_units u ON u.segment_id=o.id JOIN messages m ON m.id=u.message_id "
-            "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (sid, sid, limit)).fetchall()
-        return [MessageRow(*r) for r in reversed(rows)]
+        """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first.
+        Segments are runs of messages placed in id order, so the trajectory's segments are walked
+        back from ``sid`` (index ``segments_trajectory``), each one's newest messages read, until
+        a segment holds nothing newer than what was found: a few segments, not the trajectory."""
+        tid = self.trajectory_of_segment(sid)
+        if tid is None or limit <= 0:
+            return []
+        found: list[tuple] = []
+        earlier = self.con.execute("SELECT id FROM segments WHERE trajectory_id=? AND id<? ORDER BY id DESC",
+                                   (tid, sid))
+        for (oid,) in earlier:
+            rows = self.con.execute(
+                "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM message_units u "
+                "JOIN messages m ON m.id=u.message_id WHERE u.segment_id=? ORDER BY u.message_id DESC LIMIT ?",
+                (oid, limit)).fetchall()
+            if not rows:
+                continue
+            if len(found) >= limit and rows[0][0] < found[-1][0]:
+                break  # this segment, and (placed before it) every earlier one, holds only older messages
+            found = sorted(found + rows, key=lambda r: -r[0])[:limit]
+        earlier.close()
+        return [MessageRow(*r) for r in reversed(found)]
 
     def units_of(self, mids: list[int]) -> dict[str, dict[int, int]]:
         """Per level, message id -> its segment (trajectory), for the given messages (one query)."""
