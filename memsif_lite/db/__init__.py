@@ -58,11 +58,12 @@ class Database:
         self.vectors = VectorCache(con, dim)
         self.unit_vectors = {"segment": VectorCache(con, dim, "segment_vec"),
                              "trajectory": VectorCache(con, dim, "trajectory_vec")}
-        self.caches = [self.vectors, *self.unit_vectors.values()]
+        self.fact_vectors = VectorCache(con, dim, "fact_vec")
+        self.caches = [self.vectors, *self.unit_vectors.values(), self.fact_vectors]
         self.messages = Messages(con, self.vectors)
         self.structure = Structure(con, self.unit_vectors)
-        self.changes = ChangeLog(con)
-        self.facts: CoreFacts = RecordedFacts(con, self.changes)
+        self.changes = ChangeLog(con, self.fact_vectors)
+        self.facts: CoreFacts = RecordedFacts(con, self.changes, self.fact_vectors)
         self.clusters = Clusters(con)
         self.admin = Admin(con, self.caches)
         self.queue = Queue(con)
