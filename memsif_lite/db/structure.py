@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -32,16 +33,25 @@ def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: i
         return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
     if not isinstance(n, int) or n < 0:
         return "its message count is not a count"
-    try:
-        counts = json.loads(entities)
-    except (TypeError, ValueError):
-        counts = None
-    if not isinstance(counts, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                               for v in counts.values()):
+    if not isinstance(entities, str) or _stored_counts(entities) is None:
         return "its entities are not a JSON object of counts"
     if not (is_stored(start) and is_stored(end)):
         return "its span is not made of memsif timestamps"
     return None
+
+
+@lru_cache(maxsize=256)
+def _stored_counts(text: str) -> dict[str, int] | None:
+    """A unit's stored entity counts (a JSON object of integers), None if they are not. Kept for
+    the units read again and again (placement and trajectory linking reload the same ones): read
+    only, a caller copies it."""
+    try:
+        counts = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(counts, dict) or not set(map(type, counts.values())) <= {int}:
+        return None
+    return counts
 
 
 def _entity_list(mid: int, text: Any) -> list[str]:
@@ -103,7 +113,7 @@ class Structure(Table):
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
-        return Unit(row[0], row[1], from_sum(row[2]), Counter(json.loads(row[3])), row[4], row[5])
+        return Unit(row[0], row[1], from_sum(row[2]), Counter(_stored_counts(row[3])), row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""

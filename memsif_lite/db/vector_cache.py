@@ -83,7 +83,7 @@ class Allowed:
 class VectorCache:
     """One vec0 table in memory. ``table="message_vec"`` (rows are only appended or deleted, and
     deletions bump ``vector_epoch``) syncs incrementally; a unit table (``segment_vec``,
-    ``trajectory_vec``: rows rewritten in place as segments grow) reloads whenever another
+    ``trajectory_vec``, ``fact_vec``: rows rewritten in place as segments grow, facts reworded) reloads whenever another
     process has committed."""
 
     def __init__(self, con: Any, dim: int, table: str = "message_vec"):
@@ -150,13 +150,16 @@ class VectorCache:
     def commit(self) -> None:
         """This process's transaction committed: apply what it staged."""
         staged, self._staged = self._staged, []
+        read_in_txn = self._read_in_txn
         self._in_txn = self._read_in_txn = False
         if not self._loaded or not staged:
             return
         others = self._others
-        if others and not self.append_only:
+        if others and not self.append_only and not read_in_txn:
             self._reset()  # someone else rewrote rows too: reload at the next query
             return
+        # (a unit cache loaded inside the transaction holds its writes already: applying them again
+        # changes nothing, a set row being looked up by id and a deleted one being absent)
         for op, mid, code, when in staged:
             # an added row is appended as it is: only a delete or a rewrite looks for its id (a scan
             # of every cached id, 1 ms a row at a million, which ingest would pay for every message)
@@ -188,9 +191,11 @@ class VectorCache:
     def usable(self, allowed: Allowed | None = None) -> bool:
         """Searchable now: nothing staged, or this process's staged writes on top of a cache that
         was current when their transaction began (nobody else can commit while it is open), which
-        ``search`` overlays exactly; with ``allowed``, also able to apply it exactly (a time window
-        needs every row's time: known only once loaded, so ask again after :meth:`sync`)."""
-        if self._disabled or (self._staged and (not self._loaded or self._others)):
+        ``search`` overlays exactly — a unit cache always: one not current is loaded again inside
+        the transaction, with its writes, which the overlay then repeats to no effect; with
+        ``allowed``, also able to apply it exactly (a time window needs every row's time: known
+        only once loaded, so ask again after :meth:`sync`)."""
+        if self._disabled or (self._staged and self.append_only and (not self._loaded or self._others)):
             return False
         return allowed is None or not allowed.timed or (self.append_only and self._times_loaded and self._timed and all(
             op != "add" or _time_code([when]) is not None for op, _, _, when in self._staged))
