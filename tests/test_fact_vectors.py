@@ -113,3 +113,36 @@ def test_an_update_and_its_undo_move_the_cached_vector_with_vec0s(tmp_path):
         _agrees(mem, rng, emb)
         assert db.facts.nearest(q, 1) == db.facts.knn("fact_vec", q, 1)
         assert mem.facts()[0].stmt == fact.stmt
+
+
+def test_a_schema_15_file_migrates_and_reads_its_facts_by_subject_in_any_case(tmp_path):
+    """Schema 16 indexes the current CoreFacts by subject in any case (what every fact decision
+    reads): a file from before gets the index and its facts are read as before."""
+    from fakes import file_at_schema, raw
+    from memsif_lite import store
+    from memsif_lite.pipelines import initial_meta
+
+    emb = FakeEmbedder()
+    path = tmp_path / "old.db"
+    con = file_at_schema(path, 15, emb.dim, initial_meta(emb))
+    with store.write(con):
+        for fid, subject, ftype, stmt, valid_to in [(1, "Sam", "Preference", "Sam loves tea", None),
+                                                    (2, "sam", "Preference", "Sam loves coffee", None),
+                                                    (3, "SAM", "Event", "Sam ran a race", None),
+                                                    (4, "Sam", "Preference", "Sam loved milk", "2024-02-01T00:00:00"),
+                                                    (5, "Ava", "Preference", "Ava loves tea", None)]:
+            con.execute("INSERT INTO core_facts(id, subject, type, stmt, valid_from, valid_to, created_at, updated_at, "
+                        "origin) VALUES(?,?,?,?,'2024-01-01T00:00:00',?,'2024-01-01T00:00:00',"
+                        "'2024-01-01T00:00:00','rule')", (fid, subject, ftype, stmt, valid_to))
+    con.close()
+    with Memory(path, embedder=emb) as mem:
+        facts = mem._db.facts
+        assert [r.id for r in facts.current_of("sAm")] == [3, 2, 1]
+        assert [r.id for r in facts.current_like("Sam", "Preference")] == [2, 1]
+        assert [r.id for r in facts.current_like("Sam", "Preference", limit=1)] == [2]
+        plan = " ".join(str(r) for r in mem._db.con.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) "
+            "AND type=? ORDER BY id DESC LIMIT 20", ("sam", "Event")))
+        assert "core_facts_current_subject_type" in plan and "TEMP B-TREE" not in plan
+    with raw(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.latest_version() >= 16
