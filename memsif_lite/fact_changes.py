@@ -27,7 +27,7 @@ from typing import Iterable, Protocol, Sequence, TypeVar
 
 from .entities import STOP_WORDS, normalise
 
-__all__ = ["stem", "key_words", "is_negation", "is_state", "ended_by", "LIGHT", "NEGATION_ENDS"]
+__all__ = ["stem", "key_words", "is_negation", "is_state", "ends_any", "ended_by", "LIGHT", "NEGATION_ENDS"]
 
 _NEGATION = re.compile(r"\b(?:no longer|not|never|stopped|quit|gave up|given up)\b", re.I)
 _DATE_TAIL = re.compile(r"\s*\((?:around|as of|since) [^)]*\)\s*$")
@@ -92,6 +92,12 @@ def is_negation(stmt: str, subject: str) -> bool:
 def is_state(f: FactLike) -> bool:
     """A fact that can stop holding: not a dated event, except a habit."""
     return f.type != "Event" or (f.slot or "").startswith("habit")
+
+
+def ends_any(subject: str, stmt: str, change: bool, ends: Iterable[str]) -> bool:
+    """Whether :func:`ended_by` can find anything for this candidate: a stated change with key
+    words, or an ``ends`` phrase with key words (else the caller need not read the facts)."""
+    return bool(change and key_words(stmt, subject)) or any(key_words(p) for p in ends)
 
 
 def ended_by(subject: str, ftype: str, stmt: str, change: bool, ends: Iterable[str], at: str,
