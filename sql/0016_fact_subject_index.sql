@@ -1,4 +1,4 @@
--- memsif_lite schema step 16 (issue 31; meant to follow step 16 of the dense-search work as step 17):
+-- memsif_lite schema step 16 (issue 31; to become step 17 when merged after another branch's step 16):
 -- the current CoreFacts of a subject, in any case. Every fact decision reads them
 -- (`lower(subject) = lower(?)` and `valid_to IS NULL`: CoreFacts.current_like, current_of), which
 -- the index on (subject, type) of step 3 cannot serve: each decision scanned core_facts, 1 to 3 ms
