@@ -102,33 +102,47 @@ def generate(n: int, seed: int = 0):
     return msgs, V, index, queries
 
 
-def generate_real(n: int, data: str):
-    """LoCoMo turns replicated to ``n`` messages (each copy 400 days later), bundled-model vectors."""
+def locomo_passages(data: str):
+    """The LoCoMo turns of ``data``, up to 50 of their questions, and the distinct ``Speaker: text``
+    passages, in the order :func:`generate_real` embeds them."""
     from _common import conversation_files
     from locomo import CATEGORIES
 
-    from memsif_lite.embed import OnnxEmbedder
     from memsif_lite.importers import locomo_turns
-    from memsif_lite.timeutil import to_stored
 
     turns, questions = [], []
     for _, sample in conversation_files(data):
         turns += list(locomo_turns(sample["conversation"]))
         questions += [str(q["question"]) for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
     questions = questions[::max(1, len(questions) // 50)][:50]
-    emb = OnnxEmbedder()
     passages = list(dict.fromkeys(f"{t['speaker']}: {t['text']}" for t in turns))
-    V = np.concatenate([emb.embed(passages, kind="passage"), emb.embed(questions, kind="query")])
-    index = {p: i for i, p in enumerate(passages)} | {q: len(passages) + i for i, q in enumerate(questions)}
+    return turns, questions, passages
+
+
+def replicate(turns, start: int, stop: int) -> list[dict]:
+    """Messages ``start`` .. ``stop - 1`` of the LoCoMo turns replicated (each copy 400 days later)."""
+    from memsif_lite.timeutil import to_stored
+
     msgs = []
-    for i in range(n):
+    for i in range(start, stop):
         t = turns[i % len(turns)]
         rep = i // len(turns)
         msgs.append({"speaker": t["speaker"], "text": t["text"], "session": f"{rep}-{t['session']}",
                      "at": to_stored(t["at"] + timedelta(days=400 * rep))})
+    return msgs
+
+
+def generate_real(n: int, data: str):
+    """LoCoMo turns replicated to ``n`` messages (each copy 400 days later), bundled-model vectors."""
+    from memsif_lite.embed import OnnxEmbedder
+
+    turns, questions, passages = locomo_passages(data)
+    emb = OnnxEmbedder()
+    V = np.concatenate([emb.embed(passages, kind="passage"), emb.embed(questions, kind="query")])
+    index = {p: i for i, p in enumerate(passages)} | {q: len(passages) + i for i, q in enumerate(questions)}
     TableEmbedder.sem_levels = emb.sem_levels
     TableEmbedder.model_id = "locomo-e5-table"
-    return msgs, V, index, questions
+    return replicate(turns, 0, n), V, index, questions
 
 
 def _table_bytes(path: Path, n: int) -> dict[str, float]:

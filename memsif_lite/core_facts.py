@@ -53,7 +53,7 @@ from .config import FactType
 from .db import Database, FactRow, MessageRow, from_messages
 from .entities import normalise
 from .errors import StaleError
-from .fact_changes import ended_by, is_negation
+from .fact_changes import ended_by, ends_any, is_negation
 from .fact_extraction import Candidate, extract_offline
 from .fulltext import compose
 from .llm import LLM, Prompt
@@ -260,7 +260,8 @@ class CoreFactWriter:
                             op.name, op.target, op.stmt)
                 op = offline.choose(c, related)
         ends: list[FactRow] = []
-        if said_by_subject and op.name in ("add", "supersede"):  # only the subject's own word ends its facts
+        if said_by_subject and op.name in ("add", "supersede") and ends_any(c.subject, c.stmt, c.change, c.ends):
+            # only the subject's own word ends its facts
             mine = [r for r in self.db.facts.current_of(c.subject) if same_subject(r.subject, c.subject)]
             ends = [r for r in ended_by(c.subject, c.type, c.stmt, c.change, c.ends, c.at, mine)
                     if r.id != op.target]

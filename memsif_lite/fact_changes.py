@@ -22,11 +22,12 @@ key words are all light names nothing to match.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable, Protocol, Sequence, TypeVar
 
 from .entities import STOP_WORDS, normalise
 
-__all__ = ["stem", "key_words", "is_negation", "is_state", "ended_by", "LIGHT", "NEGATION_ENDS"]
+__all__ = ["stem", "key_words", "is_negation", "is_state", "ends_any", "ended_by", "LIGHT", "NEGATION_ENDS"]
 
 _NEGATION = re.compile(r"\b(?:no longer|not|never|stopped|quit|gave up|given up)\b", re.I)
 _DATE_TAIL = re.compile(r"\s*\((?:around|as of|since) [^)]*\)\s*$")
@@ -93,6 +94,12 @@ def is_state(f: FactLike) -> bool:
     return f.type != "Event" or (f.slot or "").startswith("habit")
 
 
+def ends_any(subject: str, stmt: str, change: bool, ends: Iterable[str]) -> bool:
+    """Whether :func:`ended_by` can find anything for this candidate: a stated change with key
+    words, or an ``ends`` phrase with key words (else the caller need not read the facts)."""
+    return bool(change and key_words(stmt, subject)) or any(key_words(p) for p in ends)
+
+
 def ended_by(subject: str, ftype: str, stmt: str, change: bool, ends: Iterable[str], at: str,
              facts: Sequence[F]) -> list[F]:
     """The facts among ``facts`` (current facts of the candidate's subject: the caller chooses
@@ -104,13 +111,21 @@ def ended_by(subject: str, ftype: str, stmt: str, change: bool, ends: Iterable[s
     key = normalise(stmt)
     out = []
     for f in facts:
-        if f.valid_from >= at or not is_state(f) or normalise(f.stmt) == key:
+        if f.valid_from >= at or not is_state(f):
             continue
-        words = key_words(f.stmt, f.subject)
-        f_negation = is_negation(f.stmt, f.subject)
+        f_key, words, f_negation = _reading(f.stmt, f.subject)
+        if f_key == key:
+            continue
         if own and own <= words and f_negation != negation and (
                 not negation or f.type in NEGATION_ENDS.get(ftype, (ftype,))):
             out.append(f)
         elif not f_negation and f.type == ftype and any(p <= words for p in phrases):
             out.append(f)
     return out
+
+
+@lru_cache(maxsize=1 << 15)
+def _reading(stmt: str, subject: str) -> tuple[str, frozenset[str], bool]:
+    """A fact's normalised statement, key words and whether it is a negation: ``ended_by`` reads
+    every current fact of a subject for each candidate, and a fact's statement rarely changes."""
+    return normalise(stmt), key_words(stmt, subject), is_negation(stmt, subject)

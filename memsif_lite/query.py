@@ -101,7 +101,7 @@ class QueryPipeline:
         of the best match, by score (ties: kind, id). Only those are read; a vector whose fact is
         gone is passed over."""
         fl = self.db.filters
-        near_core = (self.db.nearest_facts(qvec, 2 * MAX_FACTS) if flt is None
+        near_core = (self.db.facts.nearest(qvec, 2 * MAX_FACTS) if flt is None
                      else fl.nearest_facts(qvec, 2 * MAX_FACTS, flt))
         near_active = (self.db.clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
                        else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))

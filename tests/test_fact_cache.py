@@ -1,6 +1,7 @@
-"""The in-process copy of ``fact_vec`` (``Database.nearest_facts``): the same ranking as vec0's
-KNN after every kind of write — adds, supersedes, forgets, undo, a merge, another process's
-commit — and never a fact of a rolled-back transaction."""
+"""The in-process copy of ``fact_vec`` (``Database.fact_vectors``, ranked by
+``CoreFacts.nearest``): the same ranking as vec0's KNN after every kind of write (adds,
+supersedes, forgets, undo, a merge, another process's commit) and never a fact of a rolled-back
+transaction."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _agrees(mem: Memory) -> int:
         for q in QUESTIONS:
             qv = emb.embed([q], kind="query")[0]
             for k in (1, 3, 40):
-                assert db.nearest_facts(qv, k) == db.facts.nearest(qv, k), (q, k)
+                assert db.facts.nearest(qv, k) == db.facts.knn("fact_vec", qv, k), (q, k)
         held = int(db.con.execute("SELECT count(*) FROM fact_vec").fetchone()[0])
     assert db.fact_vectors.size == held
     return held
@@ -73,8 +74,8 @@ def test_fact_cache_never_holds_a_rolled_back_fact(tmp_path):
             fid = db.facts.insert(subject="maya", ftype="identity", stmt="Maya lives on the moon", slot=None,
                                   valid_from="2024-01-01T09:00:00", now="2024-01-01T09:00:00", origin="test",
                                   vector=qv, message_ids=[1])
-            assert db.nearest_facts(qv, 1)[0][0] == fid  # inside the transaction: vec0, which sees it
+            assert db.facts.nearest(qv, 1)[0][0] == fid  # inside the transaction: staged in the cache
             raise RuntimeError("rolled back")
-        assert fid not in [f for f, _ in db.nearest_facts(qv, 50)]
+        assert fid not in [f for f, _ in db.facts.nearest(qv, 50)]
         _agrees(mem)
-        assert np.isfinite(db.nearest_facts(qv, 1)[0][1])
+        assert np.isfinite(db.facts.nearest(qv, 1)[0][1])

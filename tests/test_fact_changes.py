@@ -8,9 +8,11 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsif_lite import Memory
-from memsif_lite.fact_changes import ended_by, key_words
+from memsif_lite.fact_changes import ended_by, ends_any, key_words
 from memsif_lite.timeutil import stated_times
 
 DAY0 = datetime(2024, 5, 6, 9)  # a Monday
@@ -217,3 +219,25 @@ def test_ask_answers_the_current_state_of_an_assistant_chat(tmp_path, embedder):
             alternatives = says if isinstance(says, tuple) else (says,)
             assert answer.extractive and any(a in answer.text for a in alternatives), (question, answer.text)
             assert stale is None or stale not in answer.text, (question, answer.text)
+
+
+_WORDS = ["climbing", "running", "no longer", "stopped", "again", "tea", "Globex", "vegetarian", "the", "now", "plays"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(stmt=st.lists(st.sampled_from(_WORDS), max_size=4), change=st.booleans(),
+       ends=st.lists(st.lists(st.sampled_from(_WORDS), max_size=2), max_size=2),
+       facts=st.lists(st.tuples(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=4),
+                                st.sampled_from(["Event", "Preference", "Identity"]),
+                                st.sampled_from([None, "habit:x"])), max_size=6))
+def test_a_candidate_that_ends_nothing_is_known_without_reading_the_facts(stmt, change, ends, facts):
+    """``ends_any`` (false: the decision reads no facts) is false only when ``ended_by`` finds none."""
+    from memsif_lite.db.rows import FactRow
+
+    rows = [FactRow(i, "Sam", t, "Sam " + " ".join(w), slot, "2024-01-01T00:00:00")
+            for i, (w, t, slot) in enumerate(facts)]
+    text = "Sam " + " ".join(stmt)
+    phrases = [" ".join(p) for p in ends]
+    found = ended_by("Sam", "Preference", text, change, phrases, "2024-06-01T00:00:00", rows)
+    if not ends_any("Sam", text, change, phrases):
+        assert found == []

@@ -286,3 +286,38 @@ def test_query_reads_of_the_structure_agree_with_its_listings(spec, cfg, picks):
                 t.id: sorted(t.message_ids) for t in trajs}
         finally:
             db.close()
+
+
+_CONTEXT_SQL = (  # what Structure.trajectory_context returned before it walked the segments back
+    "SELECT m.id FROM segments s JOIN segments o ON o.trajectory_id=s.trajectory_id "
+    "JOIN message_units u ON u.segment_id=o.id JOIN messages m ON m.id=u.message_id "
+    "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=messages_st, cfg=config_st, other=messages_st, forget=st.lists(st.integers(0, 40), max_size=6))
+def test_trajectory_context_walk_equals_the_whole_join(spec, cfg, other, forget):
+    """The CoreFact extraction context read by walking a trajectory's segments back from the newest
+    is the whole join's answer: the last messages of its earlier segments, after forgets and a
+    merge (which re-places messages)."""
+    from memsif_lite.pipelines import open_database
+
+    with tempfile.TemporaryDirectory() as d:
+        with Memory(Path(d) / "o.db", embedder=FakeEmbedder(), config=cfg) as mem:
+            mem.add_many([dict(m, at=m["at"] + timedelta(minutes=7)) for m in _items(other)])
+        with Memory(Path(d) / "m.db", embedder=FakeEmbedder(), config=cfg) as mem:
+            mem.add_many(_items(spec))
+            ids = [m for s in mem.segments() for m in s.message_ids]
+            for i in dict.fromkeys(forget):
+                if i < len(ids):
+                    mem.forget(message_id=ids[i])
+            mem.merge_from(Path(d) / "o.db")
+        db, _, _ = open_database(Path(d) / "m.db", cfg, FakeEmbedder(), read_only=False)
+        try:
+            sids = [r[0] for r in db.con.execute("SELECT id FROM segments")]
+            for sid in sids:
+                for limit in (1, 3, 6):
+                    want = [r[0] for r in db.con.execute(_CONTEXT_SQL, (sid, sid, limit))][::-1]
+                    assert [m.id for m in db.structure.trajectory_context(sid, limit)] == want
+        finally:
+            db.close()

@@ -29,7 +29,6 @@ import contextlib
 from typing import Iterator
 
 import apsw
-import numpy as np
 
 from .. import store
 from .admin import Admin
@@ -40,13 +39,13 @@ from .facts import CoreFacts, from_messages
 from .filtering import Filtering
 from .items import ItemRow, SessionItems
 from .merge import MergeRows, Tombstones
-from .messages import Messages, cached_search, to_message
+from .messages import Messages, to_message
 from .overview import Overview
 from .partition import PartitionRows
 from .queue import Queue, QueuedStep
 from .rows import FactRow, MessageRow, Unit, entity_json, f32
 from .structure import UNIT_TABLES, Structure
-from .vector_cache import VectorCache, WatchedCache
+from .vector_cache import VectorCache
 
 __all__ = ["Database", "QueuedStep", "Unit", "FactRow", "MessageRow", "UNIT_TABLES", "entity_json", "f32", "to_message",
            "from_messages", "ItemRow", "or_query"]
@@ -59,12 +58,12 @@ class Database:
         self.vectors = VectorCache(con, dim)
         self.unit_vectors = {"segment": VectorCache(con, dim, "segment_vec"),
                              "trajectory": VectorCache(con, dim, "trajectory_vec")}
-        self.fact_vectors = WatchedCache(con, dim, "fact_vec")
+        self.fact_vectors = VectorCache(con, dim, "fact_vec")
         self.caches = [self.vectors, *self.unit_vectors.values(), self.fact_vectors]
         self.messages = Messages(con, self.vectors)
         self.structure = Structure(con, self.unit_vectors)
-        self.changes = ChangeLog(con)
-        self.facts: CoreFacts = RecordedFacts(con, self.changes)
+        self.changes = ChangeLog(con, self.fact_vectors)
+        self.facts: CoreFacts = RecordedFacts(con, self.changes, self.fact_vectors)
         self.clusters = Clusters(con)
         self.admin = Admin(con, self.caches)
         self.queue = Queue(con)
@@ -111,12 +110,6 @@ class Database:
             return
         with self.write():
             yield
-
-    def nearest_facts(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(id, cosine distance) of the ``k`` nearest CoreFact vectors, nearest first, ties by id:
-        from the in-process copy of ``fact_vec`` when it can answer, else vec0 (the same ranking)."""
-        hits = cached_search(self.con, self.fact_vectors, qvec, k)
-        return hits if hits is not None else self.facts.nearest(qvec, k)
 
     @property
     def in_transaction(self) -> bool:

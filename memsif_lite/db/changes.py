@@ -30,6 +30,7 @@ from ..types import Change
 from .base import Table
 from .facts import CoreFacts
 from .rewind import IMAGE_TABLES, Rewind, images, touched, watch
+from .vector_cache import VectorCache
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
 
@@ -88,8 +89,9 @@ class CarriedChange:
 
 
 class ChangeLog(Table):
-    def __init__(self, con: Any):
+    def __init__(self, con: Any, fact_cache: VectorCache | None = None):
         super().__init__(con)
+        self.fact_cache = fact_cache  # the CoreFact vectors an undo puts back or deletes are staged in it
         self._open: list[Journal] = []
         #: rows a forget inside the open change touched: the change keeps no image of them
         self._forgotten: dict[str, set[tuple[Any, ...]]] = {}
@@ -324,9 +326,11 @@ class ChangeLog(Table):
             self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
             for mid in img["sources"]:
                 self.con.execute("INSERT INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
-            if img.get("vector") is not None:
-                self.set_vector("fact_vec", fid, bytes.fromhex(img["vector"]))
-        facts = CoreFacts(self.con)
+        facts = CoreFacts(self.con, self.fact_cache)
+        for item in undo["facts"]:
+            img = item["before"]
+            if img is not None and img.get("vector") is not None:
+                facts.set_fact_vector(int(item["id"]), bytes.fromhex(img["vector"]))
         for fid in made:
             facts.delete(fid)  # (its 'superseded' history entries went with the change's history above)
         return [int(item["id"]) for item in undo["facts"]]
@@ -385,8 +389,8 @@ def _change(r: Sequence[Any]) -> Change:
 class RecordedFacts(CoreFacts):
     """:class:`~memsif_lite.db.facts.CoreFacts` whose writes tell the open record what they touch."""
 
-    def __init__(self, con: Any, changes: ChangeLog):
-        super().__init__(con)
+    def __init__(self, con: Any, changes: ChangeLog, cache: VectorCache | None = None):
+        super().__init__(con, cache)
         self.changes = changes
 
     def _superseded_by(self, fid: int) -> list[int]:

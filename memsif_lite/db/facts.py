@@ -7,11 +7,13 @@ from typing import Any, Collection, Sequence
 
 import numpy as np
 
+from ..int8 import quantize
 from ..timeutil import from_stored
 from ..types import CoreFact, FactEvent
 from .base import Table
-from .messages import next_id, retire_id
+from .messages import cached_search, next_id, retire_id
 from .rows import FactRow, i8
+from .vector_cache import VectorCache
 
 __all__ = ["CoreFacts"]
 
@@ -35,6 +37,13 @@ def _event_sources(detail: str | None) -> list[int] | None:
 
 
 class CoreFacts(Table):
+    """``cache``: the in-process copy of ``fact_vec`` (:class:`VectorCache`) that :meth:`nearest`
+    searches and the writes here keep staged; without one, vec0 answers (the same ranking)."""
+
+    def __init__(self, con: Any, cache: VectorCache | None = None):
+        super().__init__(con)
+        self.cache = cache
+
     # -- for the Add/Update/Merge/Supersede decision ------------------------------------------------
     def current_like(self, subject: str, ftype: str, limit: int = 20) -> list[FactRow]:
         """Current facts with this subject (any case) and type, newest first."""
@@ -53,7 +62,10 @@ class CoreFacts(Table):
         return None if r is None else FactRow(*r)
 
     def nearest(self, vec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        return self.knn("fact_vec", vec, k)  # fewer when there are fewer
+        """(fact id, cosine distance) of the ``k`` nearest CoreFacts, current or not (fewer when
+        there are fewer), ties by id: from the in-process cache when it can answer, else vec0."""
+        hits = None if self.cache is None or k <= 0 else cached_search(self.con, self.cache, vec, min(int(k), 4096))
+        return hits if hits is not None else self.knn("fact_vec", vec, k)
 
     def stmt(self, fid: int) -> str:
         return str(self.con.execute("SELECT stmt FROM core_facts WHERE id=?", (fid,)).fetchone()[0])
@@ -65,13 +77,29 @@ class CoreFacts(Table):
         self.con.execute(
             "INSERT INTO core_facts(id, subject, type, stmt, slot, valid_from, created_at, updated_at, origin) "
             "VALUES(?,?,?,?,?,?,?,?,?)", (fid, subject, ftype, stmt, slot, valid_from, now, now, origin))
-        self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, vec_int8(?))", (fid, i8(vector)))
+        code = quantize(vector)
+        self.con.execute("INSERT INTO fact_vec(rowid, embedding) VALUES(?, vec_int8(?))", (fid, code.tobytes()))
+        self._staged(fid, code)
         self.add_sources(fid, message_ids)
         return fid
 
     def rewrite(self, fid: int, stmt: str, vector: np.ndarray, now: str) -> None:
         self.con.execute("UPDATE core_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, fid))
         self.set_vector("fact_vec", fid, i8(vector))
+        self._staged(fid, quantize(vector))
+
+    def set_fact_vector(self, fid: int, code: bytes) -> None:
+        """Put back a stored vector (int8 codes, as ``fact_vec`` holds them): undo."""
+        self.set_vector("fact_vec", fid, code)
+        self._staged(fid, np.frombuffer(code, dtype=np.int8).copy())
+
+    def _staged(self, fid: int, code: np.ndarray | None) -> None:
+        """Tell the cache about a vector written (None: deleted) in the open transaction."""
+        if self.cache is not None:
+            if code is None:
+                self.cache.stage_delete(fid)
+            else:
+                self.cache.stage_set(fid, code)
 
     def touch(self, fid: int, now: str) -> None:
         self.con.execute("UPDATE core_facts SET updated_at=? WHERE id=?", (now, fid))
@@ -97,6 +125,7 @@ class CoreFacts(Table):
         self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
         self.con.execute("DELETE FROM fact_history WHERE fact_id=?", (fid,))
         self.con.execute("DELETE FROM fact_vec WHERE rowid=?", (fid,))
+        self._staged(fid, None)
         self.con.execute("DELETE FROM core_facts WHERE id=?", (fid,))
         retire_id(self.con, "core_facts", fid)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -32,16 +33,25 @@ def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: i
         return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
     if not isinstance(n, int) or n < 0:
         return "its message count is not a count"
-    try:
-        counts = json.loads(entities)
-    except (TypeError, ValueError):
-        counts = None
-    if not isinstance(counts, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                               for v in counts.values()):
+    if not isinstance(entities, str) or _stored_counts(entities) is None:
         return "its entities are not a JSON object of counts"
     if not (is_stored(start) and is_stored(end)):
         return "its span is not made of memsif timestamps"
     return None
+
+
+@lru_cache(maxsize=256)
+def _stored_counts(text: str) -> dict[str, int] | None:
+    """A unit's stored entity counts (a JSON object of integers), None if they are not. Kept for
+    the units read again and again (placement and trajectory linking reload the same ones): read
+    only, a caller copies it."""
+    try:
+        counts = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(counts, dict) or not set(map(type, counts.values())) <= {int}:
+        return None
+    return counts
 
 
 def _entity_list(mid: int, text: Any) -> list[str]:
@@ -103,7 +113,7 @@ class Structure(Table):
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
-        return Unit(row[0], row[1], from_sum(row[2]), Counter(json.loads(row[3])), row[4], row[5])
+        return Unit(row[0], row[1], from_sum(row[2]), Counter(_stored_counts(row[3])), row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""
@@ -235,13 +245,28 @@ class Structure(Table):
         return [(r[0], from_i8(r[1]), _entity_list(r[0], r[2]), r[3]) for r in rows]
 
     def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
-        """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first."""
-        rows = self.con.execute(
-            "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM segments s "
-            "JOIN segments o ON o.trajectory_id=s.trajectory_id "
-            "JOIN message_units u ON u.segment_id=o.id JOIN messages m ON m.id=u.message_id "
-            "WHERE s.id=? AND o.id<? ORDER BY m.id DESC LIMIT ?", (sid, sid, limit)).fetchall()
-        return [MessageRow(*r) for r in reversed(rows)]
+        """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first.
+        Segments are runs of messages placed in id order, so the trajectory's segments are walked
+        back from ``sid`` (index ``segments_trajectory``), each one's newest messages read, until
+        a segment holds nothing newer than what was found: a few segments, not the trajectory."""
+        tid = self.trajectory_of_segment(sid)
+        if tid is None or limit <= 0:
+            return []
+        found: list[tuple] = []
+        earlier = self.con.execute("SELECT id FROM segments WHERE trajectory_id=? AND id<? ORDER BY id DESC",
+                                   (tid, sid))
+        for (oid,) in earlier:
+            rows = self.con.execute(
+                "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM message_units u "
+                "JOIN messages m ON m.id=u.message_id WHERE u.segment_id=? ORDER BY u.message_id DESC LIMIT ?",
+                (oid, limit)).fetchall()
+            if not rows:
+                continue
+            if len(found) >= limit and rows[0][0] < found[-1][0]:
+                break  # this segment, and (placed before it) every earlier one, holds only older messages
+            found = sorted(found + rows, key=lambda r: -r[0])[:limit]
+        earlier.close()
+        return [MessageRow(*r) for r in reversed(found)]
 
     def units_of(self, mids: list[int]) -> dict[str, dict[int, int]]:
         """Per level, message id -> its segment (trajectory), for the given messages (one query)."""

@@ -46,7 +46,7 @@ from .. import partition as dense
 from ..partition import NONE, Centroids, probe
 from .partition import EMPTY, ListMap, PartitionRows
 
-__all__ = ["VectorCache", "WatchedCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
+__all__ = ["VectorCache", "Allowed", "MAX_BYTES", "BLOCK", "TIME_BYTES"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -86,7 +86,7 @@ class Allowed:
 class VectorCache:
     """One vec0 table in memory. ``table="message_vec"`` (rows are only appended or deleted, and
     deletions bump ``vector_epoch``) syncs incrementally; a unit table (``segment_vec``,
-    ``trajectory_vec``: rows rewritten in place as segments grow) reloads whenever another
+    ``trajectory_vec``, ``fact_vec``: rows rewritten in place as segments grow, facts reworded) reloads whenever another
     process has committed."""
 
     def __init__(self, con: Any, dim: int, table: str = "message_vec"):
@@ -153,13 +153,16 @@ class VectorCache:
     def commit(self) -> None:
         """This process's transaction committed: apply what it staged."""
         staged, self._staged = self._staged, []
+        read_in_txn = self._read_in_txn
         self._in_txn = self._read_in_txn = False
         if not self._loaded or not staged:
             return
         others = self._others
-        if others and not self.append_only:
+        if others and not self.append_only and not read_in_txn:
             self._reset()  # someone else rewrote rows too: reload at the next query
             return
+        # (a unit cache loaded inside the transaction holds its writes already: applying them again
+        # changes nothing, a set row being looked up by id and a deleted one being absent)
         for op, mid, code, when in staged:
             # an added row is appended as it is: only a delete or a rewrite looks for its id (a scan
             # of every cached id, 1 ms a row at a million, which ingest would pay for every message)
@@ -191,9 +194,11 @@ class VectorCache:
     def usable(self, allowed: Allowed | None = None) -> bool:
         """Searchable now: nothing staged, or this process's staged writes on top of a cache that
         was current when their transaction began (nobody else can commit while it is open), which
-        ``search`` overlays exactly; with ``allowed``, also able to apply it exactly (a time window
-        needs every row's time: known only once loaded, so ask again after :meth:`sync`)."""
-        if self._disabled or (self._staged and (not self._loaded or self._others)):
+        ``search`` overlays exactly — a unit cache always: one not current is loaded again inside
+        the transaction, with its writes, which the overlay then repeats to no effect; with
+        ``allowed``, also able to apply it exactly (a time window needs every row's time: known
+        only once loaded, so ask again after :meth:`sync`)."""
+        if self._disabled or (self._staged and self.append_only and (not self._loaded or self._others)):
             return False
         return allowed is None or not allowed.timed or (self.append_only and self._times_loaded and self._timed and all(
             op != "add" or _time_code([when]) is not None for op, _, _, when in self._staged))
@@ -515,31 +520,6 @@ class VectorCache:
             else:
                 self._times[self._n:need] = held
         self._n = need
-
-class WatchedCache(VectorCache):
-    """A vec0 table in memory whose writers stage nothing (``fact_vec``: CoreFacts are written by
-    extraction, the four operations, undo, forget, merge and import): it is loaded again whenever
-    anything was written since it was loaded — by another connection (``PRAGMA data_version``, as
-    a unit cache) or by this one (``total_changes``: any row, so no write path can be missed) — and
-    it never answers inside a write transaction of this connection (vec0 does there, as before:
-    what it would load there may still be rolled back). Meant
-    for tables a read ranks often and writes change rarely."""
-
-    def __init__(self, con: Any, dim: int, table: str):
-        super().__init__(con, dim, table)
-        self._changes: int | None = None  # this connection's total_changes() at the last load
-
-    def usable(self, allowed: Allowed | None = None) -> bool:
-        writing = self._in_txn or self.con.txn_state() >= apsw.SQLITE_TXN_WRITE
-        return not writing and super().usable(allowed)
-
-    def sync(self, *, times: bool = False) -> None:
-        changes = int(self.con.total_changes())
-        if changes != self._changes:
-            self._reset()
-        super().sync(times=times)
-        self._changes = changes
-
 
 @dataclass(frozen=True)
 class _Index:
