@@ -123,7 +123,15 @@ class Retriever:
         return self.db.filters.bm25(terms, SPEAKER_WEIGHT, depth, flt)
 
     def message_scores(self, query: str, depth: int, flt: MessageFilter | None = None) -> dict[int, float]:
-        return rrf(self.dense(self.embed_query(query), depth, flt), self.bm25(query, depth, flt))
+        return self.fused(self.embed_query(query), query, depth, flt)
+
+    def fused(self, qvec: np.ndarray, query: str, depth: int, flt: MessageFilter | None = None) -> dict[int, float]:
+        """The RRF of the dense and BM25 rankings (unfiltered on a large file: the two overlapped,
+        :meth:`~memsif_lite.db.Messages.nearest_beside`)."""
+        if flt is not None:
+            return rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
+        hits, words = self.db.messages.nearest_beside(qvec, depth, lambda: self.bm25(query, depth))
+        return rrf([m for m, _ in hits], words)
 
     def _unit_dense(self, level: str, qvec: np.ndarray, depth: int, flt: MessageFilter | None) -> list[int]:
         if flt is None:
@@ -168,7 +176,7 @@ class Retriever:
         ranked, only units holding one are considered, and only their matching members are added.
         """
         qvec = self.embed_query(query)
-        msg_scores = rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
+        msg_scores = self.fused(qvec, query, depth, flt)
         total: dict[int, float] = dict(msg_scores)
         levels = [(lv, w) for lv, w in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight))
                   if w > 0]

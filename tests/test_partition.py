@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import apsw
@@ -254,3 +255,37 @@ def test_the_cache_loads_vec0_chunks_as_vec0_reads_its_rows(filled, monkeypatch)
         cache.sync()
     for i in range(0, TOPICS, 9):
         assert cache.search(query(i), 10) == exact(filled, query(i), 10)
+
+
+def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other(filled, monkeypatch):
+    """On a file past MIN_ROWS the BM25 query runs in a second thread while the cached rows are
+    scored (``Messages.nearest_beside``): searches and contexts are the same as run serially, and
+    an error in the BM25 thread is raised in the caller's."""
+    from memsif_lite.retrieval import Retriever
+    threads: list[str] = []
+    serial_bm25 = Retriever.bm25
+
+    def bm25(self, *a, **k):
+        threads.append(threading.current_thread().name)
+        return serial_bm25(self, *a, **k)
+
+    monkeypatch.setattr(Retriever, "bm25", bm25)
+    asks = [f"t{i}w0 t{i}w2 x{7 * i} Ana" for i in range(0, TOPICS, 5)] + ["y100 y2000", "nothing matches zzz"]
+    filled.search(asks[0])  # loads the cache
+    threads.clear()
+    overlapped = [(filled.search(q, k=10), filled.context(q, budget_tokens=300).text) for q in asks]
+    assert set(threads) == {"memsif-beside"}
+    monkeypatch.setattr(partition, "MIN_ROWS", 10**9)
+    threads.clear()
+    assert [(filled.search(q, k=10), filled.context(q, budget_tokens=300).text) for q in asks] == overlapped
+    assert "memsif-beside" not in threads
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+
+    def boom() -> list[int]:
+        raise apsw.SQLError("the BM25 side failed")
+
+    db = filled._db
+    with db.read():
+        with pytest.raises(apsw.SQLError, match="BM25 side"):
+            db.messages.nearest_beside(query(3), 10, boom)
+        assert db.messages.nearest_beside(query(3), 10, lambda: 7) == (db.messages.nearest(query(3), 10), 7)

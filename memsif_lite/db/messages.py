@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import threading
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
+from .. import partition
 from ..errors import StorageCorruptError
 from ..fulltext import index_text
 from ..int8 import quantize
@@ -19,6 +21,8 @@ from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
            "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT"]
+
+T = TypeVar("T")
 
 _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 
@@ -184,6 +188,40 @@ class Messages(Table):
         """:meth:`nearest` from the in-process cache, among the messages ``allowed`` admits when
         given; None when the cache cannot answer (the caller asks vec0)."""
         return cached_search(self.con, self.cache, qvec, depth, allowed)
+
+    def nearest_beside(self, qvec: np.ndarray, depth: int, beside: Callable[[], T]
+                       ) -> tuple[list[tuple[int, float]], T]:
+        """``(self.nearest(qvec, depth), beside())``, the two overlapped on a large file: once the
+        cache holds :data:`~memsif_lite.partition.MIN_ROWS` rows and is brought up to the read
+        snapshot the caller holds, ``beside`` (the BM25 query: its own SQL) runs in a second
+        thread while this one scores the cached rows (no SQL; SQLite and numpy's products run
+        without the GIL), so on two cores the slower of the two sets the time, not their sum.
+        The results are those of running them one after the other; an error in either is raised
+        here, after both have ended."""
+        cache = self.cache
+        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not cache.usable():
+            return self.nearest(qvec, depth), beside()
+        cache.sync()
+        if not cache.usable():
+            return self.nearest(qvec, depth), beside()
+        done: list[Any] = []
+
+        def run() -> None:
+            try:
+                done.append((beside(), None))
+            except BaseException as e:  # raised in the caller's thread below
+                done.append((None, e))
+
+        worker = threading.Thread(target=run, name="memsif-beside", daemon=True)
+        worker.start()
+        try:
+            hits = cache.search(qvec, depth)
+        finally:
+            worker.join()
+        value, error = done[0]
+        if error is not None:
+            raise error
+        return hits, value
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]
