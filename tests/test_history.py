@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import file_at_schema, raw
+from memsif_lite.db.rewind import unpack
 from memsif_lite import Config, Memory, prompts, store
 from memsif_lite.errors import InvalidInputError, NotFoundError
 from memsif_lite.timeutil import now_stored
@@ -315,5 +316,6 @@ def test_forget_leaves_no_image_of_a_wording_its_message_made(tmp_path, embedder
         mem.forget(message_id=ids[1])
         assert [f.stmt for f in mem.facts()] == ["Maya lives in Lisbon downtown"]  # it outlives the forget
     with raw(db) as con:
-        blob = json.dumps(con.execute("SELECT summary, undo, before FROM change_log").fetchall())
+        blob = json.dumps([(s, u, unpack(b)) for s, u, b in
+                           con.execute("SELECT summary, undo, images FROM change_log")])
     assert "Secretgarden" not in blob

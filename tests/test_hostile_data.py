@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, raw
 from memsif_lite import InvalidInputError, Memory, MemsifError, NotFoundError, StorageCorruptError
+from memsif_lite.db.rewind import pack
 from memsif_lite.errors import InvalidMessageError
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -320,7 +321,7 @@ def test_listing_units_with_damaged_entities_is_a_clear_error(tmp_path, entities
     assert r.exit_code == 1 and "damaged" in r.output and "Traceback" not in r.output
 
 
-def _tamper(db: Path, sql: str, *args: str) -> None:
+def _tamper(db: Path, sql: str, *args: str | bytes) -> None:
     con = apsw.Connection(str(db))
     try:
         con.execute(sql, args)
@@ -342,8 +343,9 @@ def test_a_malformed_before_image_is_a_clear_error(tmp_path, llm_server, entry):
         mem.add("Bob", "Did you watch the football match?", at=T0 + timedelta(days=30))  # closes the segment
         mem.process()
         assert mem.facts()
-    _tamper(db, "INSERT INTO change_log(id, at, actor, op, ids, uid, before) VALUES(999, '2099-01-01T00:00:00', "
-                "'rule', 'place', '{}', 999, ?)", f'{{"core_facts":[{entry}],"message_units":[{entry}]}}')
+    images = pack(json.loads(f'{{"core_facts":[{entry}],"message_units":[{entry}]}}'))
+    _tamper(db, "INSERT INTO change_log(id, at, actor, op, ids, uid, images) VALUES(999, '2099-01-01T00:00:00', "
+                "'rule', 'place', '{}', 999, ?)", images)
     k = "2098-01-01"
     with Memory(db, read_only=True) as mem:
         for read in (lambda: mem.facts(known_at=k), lambda: mem.segments(known_at=k),

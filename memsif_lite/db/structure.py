@@ -16,7 +16,13 @@ from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
 from .messages import cached_search
 from .vector_cache import Allowed, VectorCache
 
-__all__ = ["Structure", "UNIT_TABLES", "malformed_units"]
+__all__ = ["Structure", "UNIT_TABLES", "NO_SUM", "malformed_units"]
+
+#: the running sum a segment keeps once it is linked to a trajectory (schema 16): none. It is never
+#: added to again (its search vector is in segment_vec, its entity counts stay); reading it back
+#: (:meth:`Structure.load`) recomputes it from its members' vectors. Most of a segment row's bytes
+#: were this sum, kept only for the moment the segment is linked.
+NO_SUM = b""
 
 #: the two composite levels: table, vec0 table
 UNIT_TABLES = {"segment": ("segments", "segment_vec"), "trajectory": ("trajectories", "trajectory_vec")}
@@ -26,9 +32,13 @@ _MEMBERS = {
 }
 
 
-def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: int) -> str | None:
-    """Why a stored segment or trajectory row cannot be read, or None."""
-    if not isinstance(blob, bytes) or len(blob) != 4 * dim:
+def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: int, *,
+                  linked: bool = False) -> str | None:
+    """Why a stored segment or trajectory row cannot be read, or None. A segment ``linked`` to a
+    trajectory may keep no running sum (schema 16: :data:`NO_SUM`)."""
+    if linked and blob == NO_SUM:
+        pass
+    elif not isinstance(blob, bytes) or len(blob) != 4 * dim:
         return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
     if not isinstance(n, int) or n < 0:
         return "its message count is not a count"
@@ -73,8 +83,10 @@ def malformed_units(con: Any, dim: int) -> list[str]:
     """``memsif check``: segments and trajectories that :meth:`Structure.load` would refuse."""
     out = []
     for level, (table, _) in UNIT_TABLES.items():
-        for r in con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} ORDER BY id"):
-            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim)
+        linked = "trajectory_id IS NOT NULL" if table == "segments" else "0"
+        for r in con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at, {linked} FROM {table} "
+                             "ORDER BY id"):
+            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim, linked=bool(r[6]))
             if why is not None:
                 out.append(f"{level} {r[0]}: {why}")
     return out[:20]
@@ -97,13 +109,21 @@ class Structure(Table):
     # -- units ---------------------------------------------------------------------------------
     def load(self, level: str, uid: int) -> Unit:
         table = UNIT_TABLES[level][0]
-        row = self.con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} WHERE id=?",
-                               (uid,)).fetchone()
-        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], self.caches[level].dim)
+        linked = "trajectory_id IS NOT NULL" if level == "segment" else "0"
+        row = self.con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at, {linked} FROM {table} "
+                               "WHERE id=?", (uid,)).fetchone()
+        dim = self.caches[level].dim
+        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], dim, linked=bool(row[6]))
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
-        return Unit(row[0], row[1], from_sum(row[2]), Counter(json.loads(row[3])), row[4], row[5])
+        if row[2] == NO_SUM:  # a linked segment: its sum from its members
+            total = np.zeros(dim, dtype=np.float64)
+            for _, vec, _, _ in self.member_vectors(level, uid):
+                total += vec.astype(np.float64)
+        else:
+            total = from_sum(row[2])
+        return Unit(row[0], row[1], total, Counter(json.loads(row[3])), row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""
@@ -112,7 +132,8 @@ class Structure(Table):
         args: list = [u.n, sum_bytes(u.vec_sum), entity_json(u.entities), u.start_at, u.end_at]
         if n_segments is not None:
             args.append(n_segments)
-        self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=?{extra} "
+        kept = "CASE WHEN trajectory_id IS NULL THEN ? ELSE x'' END" if level == "segment" else "?"  # NO_SUM
+        self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum={kept}, entities=?, start_at=?, end_at=?{extra} "
                          "WHERE id=?", (*args, u.id))
         self._put_vector(level, u.id, u.mean, new=False)
 
@@ -206,8 +227,9 @@ class Structure(Table):
         return int(self.con.execute("SELECT count(*) FROM segments WHERE trajectory_id=?", (tid,)).fetchone()[0])
 
     def link(self, sid: int, tid: int) -> None:
-        """Put a closed segment into a trajectory; the trajectory takes the segment's title if it has none."""
-        self.con.execute("UPDATE segments SET trajectory_id=? WHERE id=?", (tid, sid))
+        """Put a closed segment into a trajectory (it keeps no running sum from now on: :data:`NO_SUM`);
+        the trajectory takes the segment's title if it has none."""
+        self.con.execute("UPDATE segments SET trajectory_id=?, vec_sum=? WHERE id=?", (tid, NO_SUM, sid))
         self.con.execute("UPDATE trajectories SET title=coalesce(title, (SELECT title FROM segments WHERE id=?)) "
                          "WHERE id=?", (sid, tid))
 
