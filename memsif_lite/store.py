@@ -297,7 +297,8 @@ def _packed_images(con: apsw.Connection, dim: int) -> None:
     JSON held no images a read could use (it was skipped): it is not kept."""
     from .db.rewind import pack
 
-    def packed(text: Any) -> Any:
+    def packed(*values: Any) -> Any:
+        text = values[0]
         try:
             return pack(json.loads(text)) if isinstance(text, str) else None
         except ValueError:

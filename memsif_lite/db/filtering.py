@@ -245,9 +245,11 @@ class Filtering(Table):
     def retried_id(self, speaker: str, text: str, session: str | None, since: str, before_created: str) -> int | None:
         """The id of a message with this speaker, text and session, without a source id, timed at or
         after ``since`` and stored before ``before_created`` (by an earlier call): what a retry of a
-        call that gave no time finds (index messages_speaker: the exact speaker is among its case-blind matches)."""
+        call that gave no time finds (index messages_speaker: the exact speaker is among its case-blind
+        matches)."""
         row = self.con.execute("SELECT id FROM messages WHERE speaker=? COLLATE NOCASE AND speaker=? AND at>=? "
-                               "AND text=? AND session IS ? AND source_id IS NULL AND created_at<? ORDER BY at DESC LIMIT 1",
+                               "AND text=? AND session IS ? AND source_id IS NULL AND created_at<? "
+                               "ORDER BY at DESC LIMIT 1",
                                (speaker, speaker, since, text, session, before_created)).fetchone()
         return None if row is None else int(row[0])
 
