@@ -70,7 +70,8 @@ def test_every_fact_change_placement_and_forget_is_logged(db, embedder):
         first = mem.changes(fact_id=lisbon.id)[0]
         assert first.summary is None and not first.undoable
     with raw(db) as con:
-        blob = json.dumps(con.execute("SELECT * FROM change_log").fetchall())
+        blob = json.dumps([[unpack(v) if isinstance(v, bytes) else v for v in r]
+                           for r in con.execute("SELECT * FROM change_log")])
     assert "Lisbon" not in blob  # nothing of what was forgotten is kept in the log
 
 

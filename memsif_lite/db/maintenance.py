@@ -27,7 +27,7 @@ from .base import VEC_TABLES
 from .messages import id_problems, index_fulltext, malformed_times, unindex_fulltext
 from .partition import partition_problems
 from .queue import malformed_steps
-from .structure import malformed_units
+from .structure import NO_SUM, malformed_units
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
 
@@ -126,8 +126,8 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
             values = [_dec(row.get(c)) for c in cols]
             if table == "messages" and values[2] is not None and not str(values[2]).strip():
                 raise InvalidInputError("empty message text in export")
-            if table in ("segments", "trajectories"):
-                values[3] = _sum_blob(values[3], dim)
+            if table == "trajectories" or (table == "segments" and (values[3] != NO_SUM or values[1] is None)):
+                values[3] = _sum_blob(values[3], dim)  # (a segment in a trajectory may keep none: NO_SUM)
             try:
                 con.execute(f"INSERT INTO {table}({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})", values)
             except apsw.Error as e:
