@@ -61,7 +61,9 @@ _MAX_IMAGE = 64 << 20
 def pack(images: Any) -> bytes:
     """Before images (JSON-able) as stored in ``change_log.images``: compact JSON, deflated against
     :data:`_ZDICT` (a place's images: 137 bytes of JSON, about 51 stored)."""
-    z = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+    # a 4 KiB window and a small hash: an image is short, and a big one is a list of like entries (a
+    # few µs where the defaults' 256 KiB of state took ~90); :func:`unpack` takes any window
+    z = zlib.compressobj(9, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
     raw = json.dumps(images, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return bytes([_DEFLATE]) + z.compress(raw) + z.flush()
 
