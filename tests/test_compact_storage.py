@@ -73,10 +73,11 @@ def test_a_linked_segment_keeps_no_sum_and_reads_back_its_members_sum(memory, db
     mem = memory(config=CFG)
     ids = _fill(mem)
     con = mem._db.con
-    sums = dict(con.execute("SELECT id, vec_sum FROM segments"))
+    assert {b for (b,) in con.execute("SELECT vec_sum FROM segments")} == {NO_SUM}
+    kept = dict(con.execute("SELECT segment_id, vec_sum FROM segment_sums"))
     linked = {s.id for s in mem.segments() if s.trajectory_id is not None}
-    assert linked and all(sums[s] == NO_SUM for s in linked)
-    assert all(len(sums[s]) == 4 * mem._db.vectors.dim for s in set(sums) - linked)  # the open one keeps it
+    assert linked and set(kept) == {s.id for s in mem.segments()} - linked  # the open one keeps its sum there
+    assert all(len(b) == 4 * mem._db.vectors.dim for b in kept.values())
     for sid in linked:
         members = mem._db.structure.member_vectors("segment", sid)
         want = np.sum([v.astype(np.float64) for _, v, _, _ in members], axis=0)
@@ -85,9 +86,26 @@ def test_a_linked_segment_keeps_no_sum_and_reads_back_its_members_sum(memory, db
     mem.forget(message_id=ids[0])  # its linked segment is recomputed: still no sum kept
     first = mem.segments()[0]
     assert first.trajectory_id is not None and ids[0] not in first.message_ids
-    assert con.execute("SELECT vec_sum FROM segments WHERE id=?", (first.id,)).fetchone()[0] == NO_SUM
+    assert con.execute("SELECT count(*) FROM segment_sums WHERE segment_id=?", (first.id,)).fetchone()[0] == 0
     assert mem.check() == []
     mem.close()
+
+
+def test_an_export_holds_the_open_segments_sum_and_imports_it_back(memory, db, tmp_path):
+    mem = memory(config=CFG)
+    _fill(mem)
+    mem.export_to(tmp_path / "x.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "x.jsonl").read_text().splitlines()]
+    segs = [r["row"] for r in rows if r.get("table") == "segments"]
+    assert [bool(s["vec_sum"]["b64"]) for s in segs] == [s["trajectory_id"] is None for s in segs]
+    want = {s.id: mem._db.structure.load("segment", s.id).vec_sum for s in mem.segments()}
+    other = memory(config=CFG, path=tmp_path / "copy.db")
+    other.import_from(tmp_path / "x.jsonl")
+    assert {s.id: other._db.structure.load("segment", s.id).vec_sum.tolist() for s in other.segments()} == {
+        k: v.tolist() for k, v in want.items()}
+    assert other.check() == [] and len(other._db.con.execute("SELECT * FROM segment_sums").fetchall()) == 1
+    mem.close()
+    other.close()
 
 
 def _as_schema_15(path, embedder) -> None:
@@ -95,7 +113,7 @@ def _as_schema_15(path, embedder) -> None:
     linked segment's running sum (float32) kept, messages_speaker_at there."""
     with Memory(path, embedder=embedder, config=CFG) as mem:
         sums = {s.id: mem._db.structure.load("segment", s.id).vec_sum.astype(np.float32).tobytes()
-                for s in mem.segments() if s.trajectory_id is not None}
+                for s in mem.segments()}
     con = apsw.Connection(str(path))
     try:
         con.execute("BEGIN")
@@ -106,6 +124,7 @@ def _as_schema_15(path, embedder) -> None:
         con.execute("ALTER TABLE change_log DROP COLUMN images")
         for sid, total in sums.items():
             con.execute("UPDATE segments SET vec_sum=? WHERE id=?", (total, sid))
+        con.execute("DROP TABLE segment_sums")
         con.execute("CREATE INDEX messages_speaker_at ON messages(speaker, at)")
         con.execute("PRAGMA user_version=15")
         con.execute("COMMIT")
@@ -141,9 +160,9 @@ def test_a_schema_15_file_migrates_and_reads_as_before(db, fake_embedder):
         assert {cid: unpack(b) for cid, b in con.execute("SELECT id, images FROM change_log WHERE id <= ?",
                                                          (max(images),)) if b is not None} == images
         assert con.execute("SELECT count(*) FROM sqlite_schema WHERE name='messages_speaker_at'").fetchone()[0] == 0
-        linked = con.execute("SELECT count(*), sum(vec_sum=x'') FROM segments WHERE trajectory_id IS NOT NULL")
-        n, empty = linked.fetchone()
-        assert n and empty == n
+        assert {b for (b,) in con.execute("SELECT vec_sum FROM segments")} == {NO_SUM}
+        unlinked = {i for (i,) in con.execute("SELECT id FROM segments WHERE trajectory_id IS NULL")}
+        assert unlinked and {i for (i,) in con.execute("SELECT segment_id FROM segment_sums")} == unlinked
 
 
 def test_an_idempotent_add_still_finds_the_exact_speaker(memory):
