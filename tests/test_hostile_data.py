@@ -178,7 +178,8 @@ def test_an_older_file_gets_its_high_water_marks(memory, db):
     con.execute("DELETE FROM meta WHERE key IN ('message_id_high', 'fact_id_high', 'file_id', 'partition_stamp'); "
                 "DROP TABLE vector_lists; DROP TABLE vector_partition; DROP TABLE session_items; "
                 "DROP TABLE change_facts; DROP TABLE change_log; "
-                "UPDATE segments SET vec_sum=coalesce((SELECT vec_sum FROM segment_sums WHERE segment_id=id), vec_sum); "
+                "UPDATE segments SET vec_sum=coalesce((SELECT vec_sum FROM segment_sums WHERE segment_id=id), "
+                "vec_sum); "
                 "DROP TABLE segment_sums; "
                 "DROP INDEX messages_known_at; CREATE INDEX messages_speaker_at ON messages(speaker, at); "
                 "ALTER TABLE messages DROP COLUMN known_at; PRAGMA user_version=9")  # as schema 9 was
