@@ -199,7 +199,7 @@ class Structure(Table):
     def place_message(self, mid: int, sid: int, ents: list[str], phi: float | None, decision: str) -> None:
         self.con.execute(
             "INSERT INTO message_units(message_id, segment_id, entities, phi, decision) VALUES(?,?,?,?,?)",
-            (mid, sid, json.dumps(ents, ensure_ascii=False), phi, decision))
+            (mid, sid, json.dumps(ents, ensure_ascii=False, separators=(",", ":")), phi, decision))
 
     def segment_of_message(self, mid: int) -> int | None:
         row = self.con.execute("SELECT segment_id FROM message_units WHERE message_id=?", (mid,)).fetchone()
