@@ -10,6 +10,11 @@ CREATE TABLE segment_sums(
 ) STRICT;
 INSERT OR REPLACE INTO segment_sums(segment_id, vec_sum) SELECT id, vec_sum FROM segments WHERE trajectory_id IS NULL AND length(vec_sum) > 0;
 UPDATE segments SET vec_sum = x'' WHERE length(vec_sum) > 0;
+-- * Entities are stored as JSON without spaces (a placement's list, a segment's and a trajectory's
+--   counts): json() writes the same values minified, in the same order.
+UPDATE message_units SET entities = json(entities) WHERE json_valid(entities) AND entities != json(entities);
+UPDATE segments SET entities = json(entities) WHERE json_valid(entities) AND entities != json(entities);
+UPDATE trajectories SET entities = json(entities) WHERE json_valid(entities) AND entities != json(entities);
 -- * messages_speaker_at goes: it indexed what messages_speaker (speaker COLLATE NOCASE, at) does; the
 --   exact-speaker lookups of an idempotent add ask that one for the case-blind match first.
 DROP INDEX messages_speaker_at;

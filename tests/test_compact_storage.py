@@ -125,6 +125,10 @@ def _as_schema_15(path, embedder) -> None:
         for sid, total in sums.items():
             con.execute("UPDATE segments SET vec_sum=? WHERE id=?", (total, sid))
         con.execute("DROP TABLE segment_sums")
+        # entities as json.dumps spaced them before schema 16
+        for table, key in (("message_units", "message_id"), ("segments", "id"), ("trajectories", "id")):
+            for rid, ents in con.execute(f"SELECT {key}, entities FROM {table}").fetchall():
+                con.execute(f"UPDATE {table} SET entities=? WHERE {key}=?", (json.dumps(json.loads(ents)), rid))
         con.execute("CREATE INDEX messages_speaker_at ON messages(speaker, at)")
         con.execute("PRAGMA user_version=15")
         con.execute("COMMIT")
@@ -147,12 +151,18 @@ def test_a_schema_15_file_migrates_and_reads_as_before(db, fake_embedder):
     with raw(db) as con:
         images = {cid: json.loads(b) for cid, b in con.execute("SELECT id, before FROM change_log "
                                                                  "WHERE before IS NOT NULL")}
+        entities = {t: con.execute(f"SELECT entities FROM {t} ORDER BY rowid").fetchall()
+                    for t in ("message_units", "segments", "trajectories")}
+        assert all(", " in e for rows in entities.values() for (e,) in rows if len(json.loads(e)) > 1)
         assert images and con.execute("SELECT count(*) FROM segments WHERE length(vec_sum)=0").fetchone()[0] == 0
     with Memory(db, embedder=fake_embedder, config=CFG) as mem:  # migrated
         assert store.schema_version(mem._db.con) == store.latest_version() >= 16
         assert _structure(mem, known_at=k) == then and _structure(mem) == now
         assert [m.text for m in mem.messages(known_at=k)] == texts
         assert mem.check() == []
+        for t, rows in entities.items():  # minified, the same values in the same order
+            now = mem._db.con.execute(f"SELECT entities FROM {t} ORDER BY rowid").fetchall()
+            assert now == [(json.dumps(json.loads(e), separators=(",", ":")),) for (e,) in rows]
         mem.add("Ben", "marathon training long run again", at=T + timedelta(days=40))  # and writes on
     with raw(db) as con:
         cols = [r[1] for r in con.execute("PRAGMA table_info(change_log)")]
