@@ -28,7 +28,7 @@ NO_SUM = b""
 STOW_SUMS = ("INSERT OR REPLACE INTO segment_sums(segment_id, vec_sum) SELECT id, vec_sum FROM segments "
              "WHERE trajectory_id IS NULL AND length(vec_sum) > 0",
              "UPDATE segments SET vec_sum = x'' WHERE length(vec_sum) > 0")
-#: a segment's running sum as stored (NULL for a linked one: recomputed)
+#: a segment's running sum as stored: x'' for a linked one (recomputed), NULL when an open one lost its row
 SEGMENT_SUM = ("CASE WHEN trajectory_id IS NULL THEN (SELECT s.vec_sum FROM segment_sums s "
                 "WHERE s.segment_id=segments.id) ELSE x'' END")
 
