@@ -138,14 +138,14 @@ class Structure(Table):
         table, vt = UNIT_TABLES[level]
         extra = ", n_segments=?" if n_segments is not None else ""
         total = sum_bytes(u.vec_sum)
-        args: list = [u.n, NO_SUM if level == "segment" else total, entity_json(u.entities), u.start_at, u.end_at]
+        args: list = [u.n, entity_json(u.entities), u.start_at, u.end_at]
         if n_segments is not None:
             args.append(n_segments)
-        self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=?{extra} "
-                         "WHERE id=?", (*args, u.id))
-        if level == "segment":  # (a linked one keeps none)
-            self.con.execute("INSERT OR REPLACE INTO segment_sums(segment_id, vec_sum) SELECT id, ? FROM segments "
-                             "WHERE id=? AND trajectory_id IS NULL", (total, u.id))
+        kept = "" if level == "segment" else ", vec_sum=?"  # a segment's: in segment_sums (a linked one has none)
+        self.con.execute(f"UPDATE {table} SET n_messages=?, entities=?, start_at=?, end_at=?{extra}{kept} WHERE id=?",
+                         (*args, *([] if level == "segment" else [total]), u.id))
+        if level == "segment":
+            self.con.execute("UPDATE segment_sums SET vec_sum=? WHERE segment_id=?", (total, u.id))
         self._put_vector(level, u.id, u.mean, new=False)
 
     def delete_unit(self, level: str, uid: int) -> None:
