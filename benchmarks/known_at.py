@@ -78,7 +78,8 @@ def run(n: int, workdir: Path, ingest_only: bool, n_queries: int | None = None) 
     import apsw
 
     con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    before = con.execute("SELECT coalesce(sum(length(before)), 0) FROM change_log").fetchone()[0]
+    col = "images" if any(r[1] == "images" for r in con.execute("PRAGMA table_info(change_log)")) else "before"
+    before = con.execute(f"SELECT coalesce(sum(length({col})), 0) FROM change_log").fetchone()[0]
     con.close()
     size = log_bytes(path)
     return {**out, "log_bytes_per_1000_messages": round(size * 1000 / n),

@@ -293,9 +293,28 @@ def _change_uids(con: apsw.Connection, dim: int) -> None:
         _sql(con, "UPDATE change_log SET uid=? WHERE id=?", (change_uid(cid, at, actor, op, ids, decision), cid))
 
 
+def _packed_images(con: apsw.Connection, dim: int) -> None:
+    """Data step of migration 16: every change's before images, JSON text in ``before`` so far, are
+    packed into ``images`` (:func:`memsif_lite.db.rewind.pack`); ``before`` goes. Text that is not
+    JSON held no images a read could use (it was skipped): it is not kept."""
+    from .db.rewind import pack
+
+    def packed(*values: Any) -> Any:
+        text = values[0]
+        try:
+            return pack(json.loads(text)) if isinstance(text, str) else None
+        except ValueError:
+            return None
+
+    con.create_scalar_function("memsif_pack_images", packed, 1, deterministic=True)
+    _sql(con, "UPDATE change_log SET images = memsif_pack_images(before) WHERE before IS NOT NULL")
+    _sql(con, "ALTER TABLE change_log DROP COLUMN before")
+
+
 #: migrations whose data change needs Python after their SQL (run in the same transaction,
 #: also when the expected schema is built, so the schema check sees their DDL too)
-DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts, 9: _fulltext_nfc, 12: _change_uids}
+DATA_STEPS: dict[int, Any] = {6: _int8_vectors, 8: _fulltext_scripts, 9: _fulltext_nfc, 12: _change_uids,
+                              16: _packed_images}
 
 
 #: the largest file whose every page ``inspect`` reads (``PRAGMA quick_check``) at each open:

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import file_at_schema, raw
+from memsif_lite.db.rewind import unpack
 from memsif_lite import Config, Memory, prompts, store
 from memsif_lite.errors import InvalidInputError, NotFoundError
 from memsif_lite.timeutil import now_stored
@@ -69,7 +70,8 @@ def test_every_fact_change_placement_and_forget_is_logged(db, embedder):
         first = mem.changes(fact_id=lisbon.id)[0]
         assert first.summary is None and not first.undoable
     with raw(db) as con:
-        blob = json.dumps(con.execute("SELECT * FROM change_log").fetchall())
+        blob = json.dumps([[unpack(v) if isinstance(v, bytes) else v for v in r]
+                           for r in con.execute("SELECT * FROM change_log")])
     assert "Lisbon" not in blob  # nothing of what was forgotten is kept in the log
 
 
@@ -315,5 +317,6 @@ def test_forget_leaves_no_image_of_a_wording_its_message_made(tmp_path, embedder
         mem.forget(message_id=ids[1])
         assert [f.stmt for f in mem.facts()] == ["Maya lives in Lisbon downtown"]  # it outlives the forget
     with raw(db) as con:
-        blob = json.dumps(con.execute("SELECT summary, undo, before FROM change_log").fetchall())
+        blob = json.dumps([(s, u, unpack(b)) for s, u, b in
+                           con.execute("SELECT summary, undo, images FROM change_log")])
     assert "Secretgarden" not in blob

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fakes import file_at_schema, lives_in_reply, raw
+from memsif_lite.db.rewind import unpack
 from memsif_lite import Memory, MemoryFileError
 
 MODEL = "openai/test-model"
@@ -277,7 +278,7 @@ def test_the_log_is_append_only_and_explains_every_derived_row(tmp_path_factory,
             kept = [c for c in range(len(before)) if c not in (5, 7, 12)]
             assert [now[c] for c in kept] == [before[c] for c in kept], (step, before, now)
             assert all(now[c] in (before[c], None) for c in (5, 7)), (step, before, now)
-            was, left = json.loads(before[12] or "{}"), json.loads(now[12] or "{}")
+            was, left = unpack(before[12]) or {}, unpack(now[12]) or {}
             if step[0] == "forget":  # a merge may rename messages in them (renumbered), a forget only erases
                 assert all(e in was.get(t, []) for t, es in left.items() for e in es), (step, before, now)
             assert (now[5], now[7]) in ((before[5], before[7]), (None, None)), (step, before, now)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fakes import FakeEmbedder, raw
 from memsif_lite import InvalidInputError, Memory, MemsifError, NotFoundError, StorageCorruptError
+from memsif_lite.db.rewind import pack
 from memsif_lite.errors import InvalidMessageError
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -71,7 +72,9 @@ def test_a_short_running_sum_is_a_corrupt_file_error_and_check_reports_it(memory
     with memory() as mem:
         _two(mem)
         (sid,) = {s.id for s in mem.segments() if not s.closed} or {mem.segments()[-1].id}
-    set_value(db, "segments", "vec_sum", b"\x00" * 7, sid)
+    con = apsw.Connection(str(db))  # the open segment's sum (schema 16: segment_sums)
+    con.execute("UPDATE segment_sums SET vec_sum=? WHERE segment_id=?", (b"\x00" * 7, sid))
+    con.close()
     with memory() as mem:
         assert any(f"segment {sid}: its running sum holds 7 bytes" in p for p in mem.check())
         with pytest.raises(StorageCorruptError, match=f"segment {sid} cannot be read"):
@@ -175,8 +178,12 @@ def test_an_older_file_gets_its_high_water_marks(memory, db):
     con.execute("DELETE FROM meta WHERE key IN ('message_id_high', 'fact_id_high', 'file_id', 'partition_stamp'); "
                 "DROP TABLE vector_lists; DROP TABLE vector_partition; DROP TABLE session_items; "
                 "DROP TABLE change_facts; DROP TABLE change_log; "
+                "UPDATE segments SET vec_sum=coalesce((SELECT vec_sum FROM segment_sums WHERE segment_id=id), "
+                "vec_sum); "
+                "DROP TABLE segment_sums; "
                 "DROP INDEX messages_known_at; DROP INDEX core_facts_current_subject; "
                 "DROP INDEX core_facts_current_subject_type; "
+                "CREATE INDEX messages_speaker_at ON messages(speaker, at); "
                 "ALTER TABLE messages DROP COLUMN known_at; PRAGMA user_version=9")  # as schema 9 was
     con.close()
     with memory() as mem:
@@ -321,7 +328,7 @@ def test_listing_units_with_damaged_entities_is_a_clear_error(tmp_path, entities
     assert r.exit_code == 1 and "damaged" in r.output and "Traceback" not in r.output
 
 
-def _tamper(db: Path, sql: str, *args: str) -> None:
+def _tamper(db: Path, sql: str, *args: str | bytes) -> None:
     con = apsw.Connection(str(db))
     try:
         con.execute(sql, args)
@@ -343,8 +350,9 @@ def test_a_malformed_before_image_is_a_clear_error(tmp_path, llm_server, entry):
         mem.add("Bob", "Did you watch the football match?", at=T0 + timedelta(days=30))  # closes the segment
         mem.process()
         assert mem.facts()
-    _tamper(db, "INSERT INTO change_log(id, at, actor, op, ids, uid, before) VALUES(999, '2099-01-01T00:00:00', "
-                "'rule', 'place', '{}', 999, ?)", f'{{"core_facts":[{entry}],"message_units":[{entry}]}}')
+    images = pack(json.loads(f'{{"core_facts":[{entry}],"message_units":[{entry}]}}'))
+    _tamper(db, "INSERT INTO change_log(id, at, actor, op, ids, uid, images) VALUES(999, '2099-01-01T00:00:00', "
+                "'rule', 'place', '{}', 999, ?)", images)
     k = "2098-01-01"
     with Memory(db, read_only=True) as mem:
         for read in (lambda: mem.facts(known_at=k), lambda: mem.segments(known_at=k),

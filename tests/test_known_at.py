@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fakes import file_at_schema, raw
+from memsif_lite.db.rewind import unpack
 from memsif_lite import Config, Evidence, InvalidInputError, Memory, MemoryFileError, store
 from memsif_lite.timeutil import record_clock, to_stored
 from test_history_merge import MODEL, SAYS, deterministic_llm
@@ -182,7 +183,7 @@ def test_a_schema_12_file_migrates_its_record_times(tmp_path, embedder):
     with raw(path) as con:
         assert con.execute("PRAGMA user_version").fetchone()[0] >= 13
         assert con.execute("SELECT known_at FROM messages").fetchall() == [("2025-05-05T10:00:00",)]
-        assert all(b is None for (b,) in con.execute("SELECT before FROM change_log"))
+        assert all(b is None for (b,) in con.execute("SELECT images FROM change_log"))
 
 
 def test_an_import_is_learnt_when_it_runs(tmp_path, embedder, llm_server):
@@ -214,7 +215,7 @@ def test_forget_keeps_no_image_of_what_it_forgot(tmp_path, embedder, llm_server)
         assert [f.stmt for f in then] == ["Bob lives in Oslo"]
         assert all(mid not in s.message_ids for s in mem.segments(known_at=R0))
     with raw(path) as con:
-        blob = json.dumps(con.execute("SELECT before, summary FROM change_log").fetchall())
+        blob = json.dumps([(unpack(b), s) for b, s in con.execute("SELECT images, summary FROM change_log")])
     assert "Lisbon" not in blob and "lisbon" not in blob
 
 
@@ -232,7 +233,8 @@ def test_a_merge_keeps_no_image_of_what_the_other_file_forgot(tmp_path, embedder
         assert mem.merge_from(b).removed_by_tombstones == 1
         assert mem.facts() == []
     with raw(a) as con:
-        blob = json.dumps(con.execute("SELECT before, summary, undo FROM change_log").fetchall())
+        blob = json.dumps([(unpack(b), s, u) for b, s, u in
+                           con.execute("SELECT images, summary, undo FROM change_log")])
     assert "isbon" not in blob
 
 

@@ -186,7 +186,7 @@ _TIMES: dict[str, tuple[str, ...]] = {
 #: BLOB columns and the lengths they may have (``dim`` bytes per unit)
 _BLOBS: dict[tuple[str, str], tuple[int, ...]] = {
     ("messages", "content_hash"): (32,), ("tombstones", "hash"): (32,), ("trajectories", "vec_sum"): (4, 8),
-    ("segments", "vec_sum"): (4, 8), ("cluster_statements", "vector"): (4,), ("cluster_queries", "vector"): (4,)}
+    ("segments", "vec_sum"): (0, 4, 8), ("cluster_statements", "vector"): (4,), ("cluster_queries", "vector"): (4,)}
 
 
 def _checked(rows: Iterator[dict], lines: _Lines, dim: int, marks: dict[str, int]) -> Iterator[dict]:
@@ -233,6 +233,8 @@ def _row_problem(obj: dict, dim: int) -> str | None:
                 return f"{table}.{col} is not a blob of {' or '.join(map(str, sizes))} bytes"
             if units == (4,) and not np.isfinite(np.frombuffer(v, dtype=np.float32)).all():
                 return f"{table}.{col} holds a non-finite vector"
+    if table == "segments" and values.get("vec_sum") == b"" and values.get("trajectory_id") is None:
+        return "segments.vec_sum is empty for a segment in no trajectory"
     if table == "session_items":
         why = stored_item_problem(values.get("item"))
         if why is not None:

@@ -8,7 +8,7 @@ image*), and the ``fact_history`` rows it added. The log row is written when the
 without an error (an error rolls the whole transaction back, the log row never existed).
 Records nest: a CoreFact step that runs inside a merge records its own row. The outermost record
 of a transaction also keeps the before images of every derived row the change wrote (its
-``before`` column, :mod:`.rewind`), which ``known_at`` reads rewind with.
+``images`` column, :mod:`.rewind`), which ``known_at`` reads rewind with.
 
 :meth:`ChangeLog.restore` takes one change back from its images; :mod:`memsif_lite.history` decides
 which changes to take back. ``forget`` keeps no images, and :meth:`ChangeLog.redact` erases the
@@ -29,7 +29,7 @@ from ..timeutil import from_stored, now_stored
 from ..types import Change
 from .base import Table
 from .facts import CoreFacts
-from .rewind import IMAGE_TABLES, Rewind, images, touched, watch
+from .rewind import IMAGE_COLUMN, IMAGE_TABLES, Rewind, images, pack, touched, watch
 from .vector_cache import VectorCache
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
@@ -145,7 +145,7 @@ class ChangeLog(Table):
             elif not j.skip:
                 kept = {t: [e for e in entries if tuple(e[0]) not in self._forgotten.get(t, ())]
                         for t, entries in images(self.con, session).items()}
-                before = json.dumps({t: e for t, e in kept.items() if e}, separators=(",", ":"))
+                before = pack({t: e for t, e in kept.items() if e})
             session.close()
             self._forgotten.clear()
         if j.skip:
@@ -162,12 +162,13 @@ class ChangeLog(Table):
     def write(self, op: str, actor: str, *, ids: dict[str, list[int]], purpose: str | None = None,
               summary: str | None = None, undo: str | None = None, decision: str | None = None,
               undoes: int | None = None, origin: str | None = None, at: str | None = None,
-              uid: int | None = None, before: str | None = None) -> int:
+              uid: int | None = None, before: bytes | None = None) -> int:
         """Append one row (and its change_facts rows); returns its id. A new change gets a random
         ``uid``; a copied one keeps its own (and no ``before`` images: they are of the other file)."""
         shown = {k: list(v) for k, v in ids.items() if v}
         self.con.execute(
-            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid, before) "
+            "INSERT INTO change_log(at, actor, op, purpose, summary, ids, undo, decision, undoes, origin, uid, "
+            f"{IMAGE_COLUMN}) "
             "VALUES(?,?,?,?,?,?,?,?,?,?, coalesce(?, random()), ?)",
             (at or now_stored(), actor, op, purpose, summary, json.dumps(shown, separators=(",", ":")), undo, decision,
              undoes, origin, uid, before))
@@ -189,7 +190,7 @@ class ChangeLog(Table):
         now = now_stored()
         q("UPDATE messages SET known_at=?", (now,))
         before = {t: [[list(k), None] for k in rows] for t, rows in Rewind(self.con).rows(IMAGE_TABLES).items()}
-        return self.write(op, actor, summary=summary, ids=ids, at=now, before=json.dumps(before, separators=(",", ":")))
+        return self.write(op, actor, summary=summary, ids=ids, at=now, before=pack(before))
 
     @property
     def journal(self) -> Journal | None:
@@ -365,8 +366,8 @@ class ChangeLog(Table):
 
 
 #: what :meth:`ChangeLog.redact` erases of a row, and the test that it still holds some of it
-_ERASED = "summary=NULL, undo=NULL, before=NULL"
-_HELD = "summary IS NOT NULL OR undo IS NOT NULL OR before IS NOT NULL"
+_ERASED = f"summary=NULL, undo=NULL, {IMAGE_COLUMN}=NULL"
+_HELD = f"summary IS NOT NULL OR undo IS NOT NULL OR {IMAGE_COLUMN} IS NOT NULL"
 
 
 def _ids(raw: Any) -> dict[str, list[int]]:

@@ -229,7 +229,7 @@ class Filtering(Table):
 
     def already_present(self, speaker: str, text: str, at: str, source_id: str | None) -> bool:
         """Is this message in the file already: same ``source_id`` and speaker when it has a
-        source id, else the same speaker, time and text (both indexed)."""
+        source id, else the same speaker, time and text (both indexed: messages_source_id, messages_speaker)."""
         return self.present_id(speaker, text, at, source_id) is not None
 
     def present_id(self, speaker: str, text: str, at: str, source_id: str | None) -> int | None:
@@ -238,17 +238,20 @@ class Filtering(Table):
         if source_id is not None:
             sql, args = "SELECT id FROM messages WHERE source_id=? AND speaker=? LIMIT 1", (source_id, speaker)
         else:
-            sql, args = "SELECT id FROM messages WHERE speaker=? AND at=? AND text=? LIMIT 1", (speaker, at, text)
+            sql, args = ("SELECT id FROM messages WHERE speaker=? COLLATE NOCASE AND speaker=? AND at=? AND text=? "
+                         "LIMIT 1", (speaker, speaker, at, text))
         row = self.con.execute(sql, args).fetchone()
         return None if row is None else int(row[0])
 
     def retried_id(self, speaker: str, text: str, session: str | None, since: str, before_created: str) -> int | None:
         """The id of a message with this speaker, text and session, without a source id, timed at or
         after ``since`` and stored before ``before_created`` (by an earlier call): what a retry of a
-        call that gave no time finds (index messages_speaker_at)."""
-        row = self.con.execute("SELECT id FROM messages WHERE speaker=? AND at>=? AND text=? AND session IS ? "
-                               "AND source_id IS NULL AND created_at<? ORDER BY at DESC LIMIT 1",
-                               (speaker, since, text, session, before_created)).fetchone()
+        call that gave no time finds (index messages_speaker: the exact speaker is among its case-blind
+        matches)."""
+        row = self.con.execute("SELECT id FROM messages WHERE speaker=? COLLATE NOCASE AND speaker=? AND at>=? "
+                               "AND text=? AND session IS ? AND source_id IS NULL AND created_at<? "
+                               "ORDER BY at DESC LIMIT 1",
+                               (speaker, speaker, since, text, session, before_created)).fetchone()
         return None if row is None else int(row[0])
 
     def only_facts(self, facts: list[CoreFact], f: MessageFilter | None) -> list[CoreFact]:

@@ -27,7 +27,7 @@ from .base import VEC_TABLES
 from .messages import id_problems, index_fulltext, malformed_times, unindex_fulltext
 from .partition import partition_problems
 from .queue import malformed_steps
-from .structure import malformed_units
+from .structure import NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
 
@@ -79,7 +79,9 @@ def export_rows(con: Any) -> Iterator[dict]:
     meta = store.read_meta(con)
     yield {"format": FORMAT, "version": 1, "schema_version": store.latest_version(), "meta": meta}
     for table, cols in TABLES.items():
-        for row in con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY rowid"):
+        # a segment's running sum, where it is kept (an export holds it in the segments row, as before schema 16)
+        sel = [SEGMENT_SUM if (table, c) == ("segments", "vec_sum") else c for c in cols]
+        for row in con.execute(f"SELECT {', '.join(sel)} FROM {table} ORDER BY rowid"):
             yield {"table": table, "row": dict(zip(cols, (_enc(v) for v in row), strict=True))}
     for table in VEC_TABLES:
         for rowid, emb in con.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid"):
@@ -126,8 +128,8 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
             values = [_dec(row.get(c)) for c in cols]
             if table == "messages" and values[2] is not None and not str(values[2]).strip():
                 raise InvalidInputError("empty message text in export")
-            if table in ("segments", "trajectories"):
-                values[3] = _sum_blob(values[3], dim)
+            if table == "trajectories" or (table == "segments" and (values[3] != NO_SUM or values[1] is None)):
+                values[3] = _sum_blob(values[3], dim)  # (a segment in a trajectory may keep none: NO_SUM)
             try:
                 con.execute(f"INSERT INTO {table}({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})", values)
             except apsw.Error as e:
@@ -145,6 +147,8 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
         else:
             raise InvalidInputError(f"unknown table {table!r} in export")
         counts[table] = counts.get(table, 0) + 1
+    for sql in STOW_SUMS:
+        con.execute(sql)
     con.execute("INSERT INTO message_fts(message_fts) VALUES('delete-all')")
     for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
         index_fulltext(con, mid, speaker, text)

@@ -170,6 +170,7 @@ class MergeRows(Table):
         self.con.execute("DELETE FROM message_units WHERE segment_id=?", (sid,))
         self.con.execute("DELETE FROM segment_vec WHERE rowid=?", (sid,))
         self.con.execute("DELETE FROM segments WHERE id=?", (sid,))
+        self.con.execute("DELETE FROM segment_sums WHERE segment_id=?", (sid,))
 
     def max_message_id(self) -> int:
         """The highest message id this file ever used (ids are never reused: sql/0010)."""

@@ -5,7 +5,8 @@ A change (:meth:`ChangeLog.record <memsif_lite.db.changes.ChangeLog.record>`, th
 of a transaction's nested records) watches the tables below with an SQLite *session*
 (``apsw.Session``): when it ends, the session's changeset names every row the change inserted,
 updated or deleted, with the values it had before. Those rows, as they were, are the change's
-``before`` images (JSON, in ``change_log.before``): ``null`` for a row the change created, the
+``before`` images (JSON, compressed: :func:`pack`, in ``change_log.images``; schema 13 to 15 kept
+the JSON text in ``change_log.before``): ``null`` for a row the change created, the
 whole row otherwise (BLOB columns — running vector sums — left out: a rewound segment or
 trajectory has no vector; its entity counts, :data:`DERIVED`, are recomputed from its members).
 Rewinding to record time K starts from the current rows and puts back, for every row a later
@@ -18,6 +19,7 @@ before schema 13) cannot be rewound across; what it removed stays removed.
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any, Iterable
 
 import apsw
@@ -25,7 +27,8 @@ import apsw
 from ..errors import StorageCorruptError
 from .base import Table
 
-__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "renumber", "Rewind", "Rows"]
+__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "renumber", "Rewind", "Rows", "pack", "unpack",
+           "IMAGE_COLUMN"]
 
 #: the derived tables rewound, with their primary key columns (positions in the row)
 IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
@@ -38,6 +41,55 @@ DERIVED = {"segments": "entities", "trajectories": "entities"}
 
 #: table -> primary key -> row (a list, in column order); a table's rows at some record time
 Rows = dict[str, dict[tuple[Any, ...], list[Any]]]
+
+
+#: the column of change_log holding a change's before images (schema 16; ``before``, JSON text, before it)
+IMAGE_COLUMN = "images"
+
+#: what images look like: a preset dictionary for :func:`pack` (deflate finds the repeats of a short
+#: image here rather than nowhere). Part of the file format: never change it, add a new tag instead.
+_ZDICT = (b'"trajectories":[[[,null,null,"2023-1"core_facts":[[[,"fact_sources":[[[,"active_facts":[[['
+          b',null,null,"2024-0T00:00:00",null,null,"2024-01-0T00:00:00",0,null]]],'
+          b'{"segments":[[[,null,null,null,"2024-01-0T0:00:00","2024-01-0T0:00:00",0,null]]],'
+          b'"message_units":[[[],null]]}')
+#: the first byte of a packed image: raw deflate with :data:`_ZDICT`
+_DEFLATE = 1
+#: the largest image :func:`unpack` inflates (a hostile file must not exhaust memory)
+_MAX_IMAGE = 64 << 20
+
+
+def pack(images: Any) -> bytes:
+    """Before images (JSON-able) as stored in ``change_log.images``: compact JSON, deflated against
+    :data:`_ZDICT` (a place's images: 137 bytes of JSON, about 51 stored)."""
+    # a 4 KiB window and a small hash: an image is short, and a big one is a list of like entries (a
+    # few µs where the defaults' 256 KiB of state took ~90); :func:`unpack` takes any window
+    z = zlib.compressobj(9, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+    raw = json.dumps(images, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return bytes([_DEFLATE]) + z.compress(raw) + z.flush()
+
+
+def unpack(raw: Any) -> Any:
+    """A stored image read back (untrusted): the JSON it holds, or None when it is not one :func:`pack`
+    wrote (or, from a file of schema 13 to 15 read as it is, the JSON text of ``before``)."""
+    if isinstance(raw, str):
+        return _loads(raw)
+    if not isinstance(raw, bytes) or not raw or raw[0] != _DEFLATE:
+        return None
+    try:
+        z = zlib.decompressobj(-15, _ZDICT)
+        text = z.decompress(raw[1:], _MAX_IMAGE)
+        if z.unconsumed_tail or not z.eof:
+            return None
+        return json.loads(text.decode("utf-8"))
+    except (zlib.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def image_column(con: Any) -> str:
+    """The column that holds the images in this file (``before`` in a file of schema 13 to 15 opened
+    read-only, not migrated)."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(change_log)")}
+    return IMAGE_COLUMN if IMAGE_COLUMN in cols else "before"
 
 
 def watch(con: apsw.Connection) -> apsw.Session:
@@ -118,14 +170,15 @@ def renumber(con: Any, moved: dict[int, int]) -> None:
     of earlier changes, and those of the change running (when it ends), name them by their new ids."""
     if not moved:
         return
-    for cid, raw in con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
-        d = _loads(raw)
+    for cid, raw in con.execute(f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL"
+                                ).fetchall():
+        d = unpack(raw)
         if not isinstance(d, dict):
             continue
         new = {t: (_renumber(con, t, v, moved) if t in _MESSAGE_COLUMN and isinstance(v, list)
                    and all(_entry(e, t, _types(con, t)) is not None for e in v) else v) for t, v in d.items()}
         if new != d:
-            con.execute("UPDATE change_log SET before=? WHERE id=?", (json.dumps(new, separators=(",", ":")), cid))
+            con.execute(f"UPDATE change_log SET {IMAGE_COLUMN}=? WHERE id=?", (pack(new), cid))
     con.execute("CREATE TEMP TABLE IF NOT EXISTS renumbered(old INTEGER PRIMARY KEY, new INTEGER)")
     con.executemany("INSERT OR REPLACE INTO temp.renumbered(old, new) VALUES(?, ?)", list(moved.items()))
 
@@ -198,8 +251,8 @@ def _loads(raw: Any) -> Any:
 
 
 def parse(con: Any, raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
-    """A ``before`` column read back, table by table (malformed images left out)."""
-    d = _loads(raw)
+    """A change's stored images read back (:func:`unpack`), table by table (malformed images left out)."""
+    d = unpack(raw)
     if not isinstance(d, dict):
         return {}
     out = {}
@@ -226,15 +279,19 @@ class Rewind(Table):
         tables = [t for t in IMAGE_TABLES if t in set(tables)]
         state = self.rows(tables)
         types = {t: _types(self.con, t) for t in tables}
-        parts = ", ".join(f"json_extract(before, '$.{t}')" for t in tables)  # only the tables asked for
-        later = self.con.execute(f"SELECT id, {parts} FROM change_log WHERE at > ? AND origin IS NULL AND before "
-                                 "IS NOT NULL AND json_valid(before) ORDER BY id DESC", (known_at,))
-        for cid, *raw in later:
-            for table, part in zip(tables, raw, strict=True):
+        col = image_column(self.con)
+        later = self.con.execute(f"SELECT id, {col} FROM change_log WHERE at > ? AND origin IS NULL AND {col} "
+                                 "IS NOT NULL ORDER BY id DESC", (known_at,))
+        for cid, raw in later:
+            d = unpack(raw)
+            if not isinstance(d, dict):  # not images memsif wrote: none kept
+                continue
+            for table in tables:
+                part = d.get(table)
                 if part is None:
                     continue
                 rows = state[table]
-                for pk, row in _entries(_loads(part), table, types[table], cid):
+                for pk, row in _entries(part, table, types[table], cid):
                     if row is None:
                         rows.pop(pk, None)
                     else:
@@ -261,13 +318,14 @@ class Rewind(Table):
         keys = {t: set(v) for t, v in keys.items()}
         keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
         n = 0
-        for cid, raw in self.con.execute("SELECT id, before FROM change_log WHERE before IS NOT NULL").fetchall():
+        for cid, raw in self.con.execute(f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL"
+                                         ).fetchall():
             parsed = parse(self.con, raw)
             kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
                     for t, entries in parsed.items()}
-            if all(len(kept[t]) == len(parsed[t]) for t in parsed) and isinstance(_loads(raw), dict):
+            if all(len(kept[t]) == len(parsed[t]) for t in parsed) and isinstance(unpack(raw), dict):
                 continue
             kept = {t: v for t, v in kept.items() if v}
-            self.con.execute("UPDATE change_log SET before=? WHERE id=?", (json.dumps(kept) if kept else None, cid))
+            self.con.execute(f"UPDATE change_log SET {IMAGE_COLUMN}=? WHERE id=?", (pack(kept) if kept else None, cid))
             n += 1
         return n

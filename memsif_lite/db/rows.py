@@ -17,7 +17,8 @@ __all__ = ["Unit", "FactRow", "MessageRow", "ActiveFactRow", "entity_json", "f32
 
 
 def entity_json(c: Counter) -> str:
-    return json.dumps(dict(sorted(c.items())), ensure_ascii=False)
+    """Entity counts as stored: a JSON object, sorted, no spaces (schema 16; older rows have them)."""
+    return json.dumps(dict(sorted(c.items())), ensure_ascii=False, separators=(",", ":"))
 
 
 def f32(v: np.ndarray) -> bytes:

@@ -17,7 +17,21 @@ from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
 from .messages import cached_search
 from .vector_cache import Allowed, VectorCache
 
-__all__ = ["Structure", "UNIT_TABLES", "malformed_units"]
+__all__ = ["Structure", "UNIT_TABLES", "NO_SUM", "STOW_SUMS", "SEGMENT_SUM", "malformed_units"]
+
+#: ``segments.vec_sum`` since schema 16: empty. A segment's running sum is most of its row's bytes
+#: and is needed only until the segment is linked to a trajectory (it is never added to again; its
+#: search vector is in segment_vec): the open segment and a closed one waiting for its link keep it
+#: in ``segment_sums`` (a few rows, whose pages are reused), so a segments row is written at the
+#: size it keeps. A linked segment read back (:meth:`Structure.load`) sums its members' vectors.
+NO_SUM = b""
+#: the SQL that moves running sums into ``segment_sums`` (the migration to schema 16, an import)
+STOW_SUMS = ("INSERT OR REPLACE INTO segment_sums(segment_id, vec_sum) SELECT id, vec_sum FROM segments "
+             "WHERE trajectory_id IS NULL AND length(vec_sum) > 0",
+             "UPDATE segments SET vec_sum = x'' WHERE length(vec_sum) > 0")
+#: a segment's running sum as stored: x'' for a linked one (recomputed), NULL when an open one lost its row
+SEGMENT_SUM = ("CASE WHEN trajectory_id IS NULL THEN (SELECT s.vec_sum FROM segment_sums s "
+                "WHERE s.segment_id=segments.id) ELSE x'' END")
 
 #: the two composite levels: table, vec0 table
 UNIT_TABLES = {"segment": ("segments", "segment_vec"), "trajectory": ("trajectories", "trajectory_vec")}
@@ -27,9 +41,13 @@ _MEMBERS = {
 }
 
 
-def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: int) -> str | None:
-    """Why a stored segment or trajectory row cannot be read, or None."""
-    if not isinstance(blob, bytes) or len(blob) != 4 * dim:
+def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: int, *,
+                  linked: bool = False) -> str | None:
+    """Why a stored segment or trajectory row cannot be read, or None. A segment ``linked`` to a
+    trajectory keeps no running sum (schema 16: :data:`NO_SUM`)."""
+    if linked:
+        pass
+    elif not isinstance(blob, bytes) or len(blob) != 4 * dim:
         return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
     if not isinstance(n, int) or n < 0:
         return "its message count is not a count"
@@ -83,8 +101,10 @@ def malformed_units(con: Any, dim: int) -> list[str]:
     """``memsif check``: segments and trajectories that :meth:`Structure.load` would refuse."""
     out = []
     for level, (table, _) in UNIT_TABLES.items():
-        for r in con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} ORDER BY id"):
-            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim)
+        linked, blob = ("trajectory_id IS NOT NULL", SEGMENT_SUM) if table == "segments" else ("0", "vec_sum")
+        for r in con.execute(f"SELECT id, n_messages, {blob}, entities, start_at, end_at, {linked} FROM {table} "
+                             "ORDER BY id"):
+            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim, linked=bool(r[6]))
             if why is not None:
                 out.append(f"{level} {r[0]}: {why}")
     return out[:20]
@@ -107,29 +127,43 @@ class Structure(Table):
     # -- units ---------------------------------------------------------------------------------
     def load(self, level: str, uid: int) -> Unit:
         table = UNIT_TABLES[level][0]
-        row = self.con.execute(f"SELECT id, n_messages, vec_sum, entities, start_at, end_at FROM {table} WHERE id=?",
-                               (uid,)).fetchone()
-        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], self.caches[level].dim)
+        linked, blob = ("trajectory_id IS NOT NULL", SEGMENT_SUM) if level == "segment" else ("0", "vec_sum")
+        row = self.con.execute(f"SELECT id, n_messages, {blob}, entities, start_at, end_at, {linked} FROM {table} "
+                               "WHERE id=?", (uid,)).fetchone()
+        dim = self.caches[level].dim
+        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], dim, linked=bool(row[6]))
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
-        return Unit(row[0], row[1], from_sum(row[2]), Counter(_stored_counts(row[3])), row[4], row[5])
+        if row[6]:  # a linked segment: its sum from its members
+            total = np.zeros(dim, dtype=np.float64)
+            for _, vec, _, _ in self.member_vectors(level, uid):
+                total += vec.astype(np.float64)
+        else:
+            total = from_sum(row[2])
+        return Unit(row[0], row[1], total, Counter(_stored_counts(row[3])), row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""
         table, vt = UNIT_TABLES[level]
         extra = ", n_segments=?" if n_segments is not None else ""
-        args: list = [u.n, sum_bytes(u.vec_sum), entity_json(u.entities), u.start_at, u.end_at]
+        total = sum_bytes(u.vec_sum)
+        args: list = [u.n, entity_json(u.entities), u.start_at, u.end_at]
         if n_segments is not None:
             args.append(n_segments)
-        self.con.execute(f"UPDATE {table} SET n_messages=?, vec_sum=?, entities=?, start_at=?, end_at=?{extra} "
-                         "WHERE id=?", (*args, u.id))
+        kept = "" if level == "segment" else ", vec_sum=?"  # a segment's: in segment_sums (a linked one has none)
+        self.con.execute(f"UPDATE {table} SET n_messages=?, entities=?, start_at=?, end_at=?{extra}{kept} WHERE id=?",
+                         (*args, *([] if level == "segment" else [total]), u.id))
+        if level == "segment":
+            self.con.execute("UPDATE segment_sums SET vec_sum=? WHERE segment_id=?", (total, u.id))
         self._put_vector(level, u.id, u.mean, new=False)
 
     def delete_unit(self, level: str, uid: int) -> None:
         table, vt = UNIT_TABLES[level]
         self.con.execute(f"DELETE FROM {vt} WHERE rowid=?", (uid,))
         self.con.execute(f"DELETE FROM {table} WHERE id=?", (uid,))
+        if level == "segment":
+            self.con.execute("DELETE FROM segment_sums WHERE segment_id=?", (uid,))
         self.caches[level].stage_delete(uid)
 
     def dense(self, level: str, qvec: np.ndarray, depth: int) -> list[int]:
@@ -154,8 +188,10 @@ class Structure(Table):
         u = Unit(0, 1, vec.astype(np.float64), Counter(ents), at, at)
         self.con.execute(
             "INSERT INTO segments(n_messages, vec_sum, entities, start_at, end_at, closed) VALUES(1,?,?,?,?,0)",
-            (sum_bytes(u.vec_sum), entity_json(u.entities), at, at))
+            (NO_SUM, entity_json(u.entities), at, at))
         sid = self.con.last_insert_rowid()
+        self.con.execute("INSERT OR REPLACE INTO segment_sums(segment_id, vec_sum) VALUES(?,?)",
+                         (sid, sum_bytes(u.vec_sum)))
         self._put_vector("segment", sid, u.mean, new=True)
         return sid
 
@@ -173,7 +209,7 @@ class Structure(Table):
     def place_message(self, mid: int, sid: int, ents: list[str], phi: float | None, decision: str) -> None:
         self.con.execute(
             "INSERT INTO message_units(message_id, segment_id, entities, phi, decision) VALUES(?,?,?,?,?)",
-            (mid, sid, json.dumps(ents, ensure_ascii=False), phi, decision))
+            (mid, sid, json.dumps(ents, ensure_ascii=False, separators=(",", ":")), phi, decision))
 
     def segment_of_message(self, mid: int) -> int | None:
         row = self.con.execute("SELECT segment_id FROM message_units WHERE message_id=?", (mid,)).fetchone()
@@ -216,8 +252,10 @@ class Structure(Table):
         return int(self.con.execute("SELECT count(*) FROM segments WHERE trajectory_id=?", (tid,)).fetchone()[0])
 
     def link(self, sid: int, tid: int) -> None:
-        """Put a closed segment into a trajectory; the trajectory takes the segment's title if it has none."""
+        """Put a closed segment into a trajectory (it keeps no running sum from now on: :data:`NO_SUM`);
+        the trajectory takes the segment's title if it has none."""
         self.con.execute("UPDATE segments SET trajectory_id=? WHERE id=?", (tid, sid))
+        self.con.execute("DELETE FROM segment_sums WHERE segment_id=?", (sid,))
         self.con.execute("UPDATE trajectories SET title=coalesce(title, (SELECT title FROM segments WHERE id=?)) "
                          "WHERE id=?", (sid, tid))
 
