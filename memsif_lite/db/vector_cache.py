@@ -213,7 +213,13 @@ class VectorCache:
             full = not self._loaded or epoch != self._epoch or not self.append_only
             if full and self.append_only:
                 self._read_partition(stamp)  # first: a full load lays the rows out list by list
-            self._sync_rows(full)
+            try:
+                self._sync_rows(full)
+            except ValueError as e:  # vectors it cannot hold (an older file's float32, read as it is): vec0 answers
+                log.info("vector cache: %s off (%s)", self.table, e)
+                self._disabled = True
+                self._reset()
+                return
             self._dv, self._epoch, self._loaded = dv, epoch, True
             self._read_in_txn = self._read_in_txn or self._in_txn
             if self.nbytes > MAX_BYTES:
@@ -240,6 +246,8 @@ class VectorCache:
             rows = [r for r in batch if r[0] not in present]
             if not rows:
                 continue
+            if not all(isinstance(r[1], bytes) and len(r[1]) == self.dim for r in rows):
+                raise ValueError(f"{self.table} holds vectors that are not {self.dim} int8 codes")
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), self.dim)
             self._append(ids, codes, [r[2] for r in rows] if self.append_only else None)
