@@ -387,7 +387,8 @@ def _inspect_sqlite(p: Path, key: Key | None) -> FileInfo | None:
             # version and schema must be read from the same snapshot
             _sql(con, "BEGIN")
             try:
-                whole = p.stat().st_size <= FULL_CHECK_MAX_BYTES
+                wal = Path(f"{p}-wal")  # a large -wal left by a kill -9 holds pages the check reads too
+                whole = p.stat().st_size + (wal.stat().st_size if wal.exists() else 0) <= FULL_CHECK_MAX_BYTES
                 ok = _sql(con, "PRAGMA quick_check" if whole else "PRAGMA quick_check(sqlite_schema)").fetchall()
                 app_id = _sql(con, "PRAGMA application_id").fetchone()[0]
                 version = _sql(con, "PRAGMA user_version").fetchone()[0]

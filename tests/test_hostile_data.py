@@ -308,7 +308,7 @@ def test_export_refuses_its_own_memory_file_even_with_overwrite(memory, db, tmp_
     assert mem.check() == [] and len(mem.messages()) == 1
 
 
-@pytest.mark.parametrize("entities", ["[1, 2]", "not json", '"a string"'])
+@pytest.mark.parametrize("entities", ["[1, 2]", "not json", '"a string"', "[" * 100_000 + "]" * 100_000])
 def test_listing_units_with_damaged_entities_is_a_clear_error(tmp_path, entities):
     from memsif_lite.cli import main
     db = tmp_path / "m.db"

@@ -373,7 +373,7 @@ _HELD = f"summary IS NOT NULL OR undo IS NOT NULL OR {IMAGE_COLUMN} IS NOT NULL"
 def _ids(raw: Any) -> dict[str, list[int]]:
     try:
         d = json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return {}
     if not isinstance(d, dict):
         return {}

@@ -31,7 +31,7 @@ def _event_sources(detail: str | None) -> list[int] | None:
         return None
     try:
         ids = json.loads(detail[len(_FROM):])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return [int(m) for m in ids] if isinstance(ids, list) and all(isinstance(m, int) for m in ids) else None
 

@@ -94,7 +94,7 @@ def read_export(fh: IO[str]) -> Iterator[dict]:
             continue
         try:
             obj = json.loads(line, parse_constant=_no_constants)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             raise InvalidInputError(f"export line {n} is not JSON: {e}") from None
         if not isinstance(obj, dict):
             raise InvalidInputError(f"export line {n} is not an object")

@@ -81,7 +81,7 @@ def unpack(raw: Any) -> Any:
         if z.unconsumed_tail or not z.eof:
             return None
         return json.loads(text.decode("utf-8"))
-    except (zlib.error, UnicodeDecodeError, ValueError):
+    except (zlib.error, UnicodeDecodeError, ValueError, RecursionError):
         return None
 
 
@@ -246,7 +246,7 @@ def _entries(d: Any, table: str, types: list[tuple[type, ...]], cid: int) -> lis
 def _loads(raw: Any) -> Any:
     try:
         return json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 

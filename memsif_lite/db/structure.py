@@ -65,7 +65,7 @@ def _stored_counts(text: str) -> dict[str, int] | None:
     only, a caller copies it."""
     try:
         counts = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(counts, dict) or not set(map(type, counts.values())) <= {int}:
         return None
@@ -76,7 +76,7 @@ def _entity_list(mid: int, text: Any) -> list[str]:
     """A message's stored entities (a JSON list of strings), or a clear error for a damaged file."""
     try:
         ents = json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         ents = None
     if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
         raise StorageCorruptError(f"the entities of message {mid} are not a JSON list; the memory file is damaged "
@@ -89,7 +89,7 @@ def entity_counts(what: str, text: Any) -> dict[str, int]:
     damaged file (``what``: e.g. "segment 3")."""
     try:
         counts = json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         counts = None
     if not isinstance(counts, dict):
         raise StorageCorruptError(f"the entities of {what} are not a JSON object; the memory file is damaged "
