@@ -109,8 +109,8 @@ def test_an_export_holds_the_open_segments_sum_and_imports_it_back(memory, db, t
 
 
 def _as_schema_15(path, embedder) -> None:
-    """Turn a schema 17 file back into what schema 15 wrote: no current-fact subject indexes
-    (schema 17), images as JSON text in ``before``, a
+    """Turn a schema 18 file back into what schema 15 wrote: the whole content hash indexed (schema
+    18), no current-fact subject indexes (schema 17), images as JSON text in ``before``, a
     linked segment's running sum (float32) kept, messages_speaker_at there."""
     with Memory(path, embedder=embedder, config=CFG) as mem:
         sums = {s.id: mem._db.structure.load("segment", s.id).vec_sum.astype(np.float32).tobytes()
@@ -133,6 +133,8 @@ def _as_schema_15(path, embedder) -> None:
         con.execute("CREATE INDEX messages_speaker_at ON messages(speaker, at)")
         con.execute("DROP INDEX core_facts_current_subject")
         con.execute("DROP INDEX core_facts_current_subject_type")
+        con.execute("DROP INDEX messages_content_key")  # schema 18
+        con.execute("CREATE INDEX messages_content_hash ON messages(content_hash)")
         con.execute("PRAGMA user_version=15")
         con.execute("COMMIT")
     finally:

@@ -138,10 +138,12 @@ class Messages(Table):
         return mid
 
     def vector_by_hash(self, content_hash: bytes) -> np.ndarray | None:
-        """The stored vector of a message with this content hash (the file is the embedding cache)."""
+        """The stored vector of a message with this content hash (the file is the embedding cache;
+        schema 18 indexes the hash's first 8 bytes: sql/0018_content_key.sql)."""
         row = self.con.execute(
             "SELECT v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
-            "WHERE m.content_hash=? LIMIT 1", (content_hash,)).fetchone()
+            "WHERE substr(m.content_hash, 1, 8)=? AND m.content_hash=? LIMIT 1",
+            (content_hash[:8], content_hash)).fetchone()
         return None if row is None else from_i8(row[0])
 
     def vector(self, mid: int) -> np.ndarray | None:
