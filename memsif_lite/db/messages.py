@@ -21,7 +21,8 @@ from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
-           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY"]
+           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
+           "SHORTEN_CONTENT_KEYS"]
 
 T = TypeVar("T")
 
@@ -30,6 +31,8 @@ _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 #: how many bytes of a passage's content hash (sha256) a message row keeps: the key of the
 #: embedding cache (Messages.vector_by_hash); schema 17 and earlier kept all 32
 CONTENT_KEY = 8
+#: the SQL that shortens the keys an older file or export holds (the migration to schema 18, an import)
+SHORTEN_CONTENT_KEYS = "UPDATE messages SET content_hash = substr(content_hash, 1, 8) WHERE length(content_hash) > 8"
 
 #: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)
 ID_HIGH = {"messages": "message_id_high", "core_facts": "fact_id_high"}
@@ -145,7 +148,7 @@ class Messages(Table):
     def vector_by_hash(self, content_hash: bytes) -> np.ndarray | None:
         """The stored vector of a message whose passage has this content hash (the file is the
         embedding cache). The file keeps the hash's first :data:`CONTENT_KEY` bytes (schema 18:
-        sql/0018_content_key.sql); a row whose key matches is taken only if its own passage hashes
+        sql/0018_compact_keys.sql); a row whose key matches is taken only if its own passage hashes
         to ``content_hash``, so a key shared by chance, or made on purpose, never gives back another
         passage's vector."""
         for speaker, text, vec in self.con.execute(
