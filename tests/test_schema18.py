@@ -11,10 +11,12 @@ from datetime import datetime, timedelta
 
 import apsw
 import numpy as np
+import pytest
 
 from memsif_lite import Config, Memory, store
 from memsif_lite.db.structure import NO_COUNTS
 from memsif_lite.embed import passage, passage_hash
+from memsif_lite.errors import StorageCorruptError
 from memsif_lite.timeutil import record_clock, to_stored
 
 T = datetime(2024, 1, 1, 9)
@@ -22,7 +24,7 @@ R0 = datetime(2026, 3, 1, 12, 0)
 CFG = Config(sem_low=0.0, sem_high=1.0, trajectory_threshold=0.5)
 WORDS = ["marathon training long run", "sourdough bread baking oven", "marathon training long run race",
          "sourdough bread baking flour", "tax forms accountant receipts", "I live in Lisbon near the river"]
-_LOOKUP = "SELECT id FROM messages WHERE substr(content_hash, 1, 8)=? AND content_hash=?"
+_LOOKUP = "SELECT speaker, text FROM messages WHERE substr(content_hash, 1, 8)=?"  # what vector_by_hash asks
 
 
 def _indexes(con) -> set[str]:
@@ -41,8 +43,8 @@ def test_the_stored_vector_is_found_by_the_whole_hash_through_the_prefix_index(m
     assert msgs.vector_by_hash(passage_hash("Ana: something never said")) is None
     con = mem._db.con
     assert "messages_content_key" in _indexes(con) and "messages_content_hash" not in _indexes(con)
-    plan = " ".join(str(r[-1]) for r in con.execute("EXPLAIN QUERY PLAN " + _LOOKUP, (h[:8], h)))
-    assert "USING INDEX messages_content_key" in plan, plan
+    plan = " ".join(str(r[-1]) for r in con.execute("EXPLAIN QUERY PLAN " + _LOOKUP, (h[:8],)))
+    assert "INDEX messages_content_key" in plan, plan
 
 
 def test_a_key_shared_by_two_stored_passages_gives_each_its_own_vector(memory, db):
@@ -192,3 +194,20 @@ def test_a_schema_17_file_migrates_and_reads_as_before(db, fake_embedder):
         assert mem.add("Ana", WORDS[0], at=T, skip_existing=True) == ids[0]
         mem.add("Ben", "marathon training long run again", at=T + timedelta(days=40))  # and writes on
         assert mem.check() == []
+
+
+def test_a_linked_segment_with_a_damaged_member_lists_and_loads_as_a_clear_error(memory, db):
+    mem = memory(config=CFG)
+    _fill(mem)
+    linked = next(s for s in mem.segments() if s.trajectory_id is not None and len(s.message_ids) > 1)
+    mem.close()
+    con = apsw.Connection(str(db))
+    try:
+        con.execute("UPDATE message_units SET entities='not json' WHERE message_id=?", (linked.message_ids[0],))
+    finally:
+        con.close()
+    mem = memory(config=CFG)
+    listed = {s.id: s for s in mem.segments()}[linked.id]  # the damaged member adds no names
+    assert set(listed.entities) <= set(linked.entities)
+    with pytest.raises(StorageCorruptError, match=f"entities of message {linked.message_ids[0]}"):
+        mem._db.structure.load("segment", linked.id)
