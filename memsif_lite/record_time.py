@@ -21,6 +21,7 @@ from . import store
 from .db import Database
 from .db.rewind import Rewind
 from .db.rows import ActiveFactRow
+from .db.structure import NO_COUNTS
 from .errors import MemoryFileError
 from .filters import MessageFilter
 from .segments import label, list_segments
@@ -159,7 +160,8 @@ def segments_known_at(then: State) -> list[Segment]:
     derived = _member_entities(then)
     out = []
     for r in then["segments"]:
-        counts = _counts(r["entities"]) if r["entities"] is not None else dict(derived.get(r["id"], Counter()))
+        counts = (_counts(r["entities"]) if r["entities"] not in (None, NO_COUNTS)
+                  else dict(derived.get(r["id"], Counter())))
         out.append(Segment(r["id"], r["trajectory_id"], tuple(sorted(members.get(r["id"], ()))),
                            from_stored(r["start_at"]), from_stored(r["end_at"]), tuple(sorted(counts)),
                            r["title"] or label(counts), bool(r["closed"])))

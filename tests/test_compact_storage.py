@@ -109,12 +109,14 @@ def test_an_export_holds_the_open_segments_sum_and_imports_it_back(memory, db, t
 
 
 def _as_schema_15(path, embedder) -> None:
-    """Turn a schema 17 file back into what schema 15 wrote: no current-fact subject indexes
-    (schema 17), images as JSON text in ``before``, a
+    """Turn a schema 18 file back into what schema 15 wrote: every segment's entity counts, the whole
+    content hash indexed (schema 18), no current-fact subject indexes (schema 17), images as JSON text in ``before``, a
     linked segment's running sum (float32) kept, messages_speaker_at there."""
     with Memory(path, embedder=embedder, config=CFG) as mem:
         sums = {s.id: mem._db.structure.load("segment", s.id).vec_sum.astype(np.float32).tobytes()
                 for s in mem.segments()}
+        counts = {s.id: json.dumps(dict(mem._db.structure.load("segment", s.id).entities))
+                  for s in mem.segments()}
     con = apsw.Connection(str(path))
     try:
         con.execute("BEGIN")
@@ -126,6 +128,8 @@ def _as_schema_15(path, embedder) -> None:
         for sid, total in sums.items():
             con.execute("UPDATE segments SET vec_sum=? WHERE id=?", (total, sid))
         con.execute("DROP TABLE segment_sums")
+        for sid, ents in counts.items():  # every segment kept its counts before schema 18
+            con.execute("UPDATE segments SET entities=? WHERE id=?", (ents, sid))
         # entities as json.dumps spaced them before schema 16
         for table, key in (("message_units", "message_id"), ("segments", "id"), ("trajectories", "id")):
             for rid, ents in con.execute(f"SELECT {key}, entities FROM {table}").fetchall():
@@ -133,6 +137,8 @@ def _as_schema_15(path, embedder) -> None:
         con.execute("CREATE INDEX messages_speaker_at ON messages(speaker, at)")
         con.execute("DROP INDEX core_facts_current_subject")
         con.execute("DROP INDEX core_facts_current_subject_type")
+        con.execute("DROP INDEX messages_content_key")  # schema 18
+        con.execute("CREATE INDEX messages_content_hash ON messages(content_hash)")
         con.execute("PRAGMA user_version=15")
         con.execute("COMMIT")
     finally:
@@ -163,9 +169,11 @@ def test_a_schema_15_file_migrates_and_reads_as_before(db, fake_embedder):
         assert _structure(mem, known_at=k) == then and _structure(mem) == now
         assert [m.text for m in mem.messages(known_at=k)] == texts
         assert mem.check() == []
-        for t, rows in entities.items():  # minified, the same values in the same order
+        linked = [tid is not None for (tid,) in mem._db.con.execute("SELECT trajectory_id FROM segments ORDER BY id")]
+        for t, rows in entities.items():  # minified, the same values in the same order (none kept: schema 18)
             now = mem._db.con.execute(f"SELECT entities FROM {t} ORDER BY rowid").fetchall()
-            assert now == [(json.dumps(json.loads(e), separators=(",", ":")),) for (e,) in rows]
+            assert now == [("" if t == "segments" and linked[i] else json.dumps(json.loads(e), separators=(",", ":")),)
+                           for i, (e,) in enumerate(rows)]
         mem.add("Ben", "marathon training long run again", at=T + timedelta(days=40))  # and writes on
     with raw(db) as con:
         cols = [r[1] for r in con.execute("PRAGMA table_info(change_log)")]

@@ -184,6 +184,7 @@ def test_an_older_file_gets_its_high_water_marks(memory, db):
                 "DROP INDEX messages_known_at; DROP INDEX core_facts_current_subject; "
                 "DROP INDEX core_facts_current_subject_type; "
                 "CREATE INDEX messages_speaker_at ON messages(speaker, at); "
+                "DROP INDEX messages_content_key; CREATE INDEX messages_content_hash ON messages(content_hash); "
                 "ALTER TABLE messages DROP COLUMN known_at; PRAGMA user_version=9")  # as schema 9 was
     con.close()
     with memory() as mem:

@@ -15,6 +15,7 @@ import pytest
 from fakes import FakeEmbedder, raw
 from memsif_lite import Config, errors
 from memsif_lite.db import MessageRow
+from memsif_lite.db.messages import CONTENT_KEY
 from memsif_lite.core_facts import FactExtractor, LLMFactExtractor, OfflineFactExtractor
 from memsif_lite.embed import passage, passage_hash, query_levels
 from memsif_lite.llm import LLM, Backoff, FormatNegotiation, ModelHealth
@@ -72,7 +73,8 @@ def test_the_error_tree_names_every_user_error():
 
 
 def test_the_passage_cache_key_is_made_in_one_place(memory, db):
-    """A message's content hash is ``passage_hash(passage(speaker, text))``, and only embed.py
+    """A message's content hash is ``passage_hash(passage(speaker, text))`` (a row keeps its first
+    bytes), and only embed.py
     hashes passages (db/merge.py hashes tombstones, history.py the CoreFact decisions an undo remembers,
     view/page.py the page's own script and style, for its Content-Security-Policy,
     store.py the changes logged before schema 12 gave each one a uid)."""
@@ -80,7 +82,8 @@ def test_the_passage_cache_key_is_made_in_one_place(memory, db):
     mid = mem.add("Sam", "I adopted a greyhound named Pixel.")
     with raw(db) as con:
         stored = con.execute("SELECT content_hash FROM messages WHERE id=?", (mid,)).fetchone()[0]
-    assert stored == passage_hash(passage("Sam", "I adopted a greyhound named Pixel."))
+    # its first CONTENT_KEY bytes since schema 18
+    assert stored == passage_hash(passage("Sam", "I adopted a greyhound named Pixel."))[:CONTENT_KEY]
     hashing = {name for name, tree in _trees().items() for node in ast.walk(tree)
                if isinstance(node, ast.Attribute) and node.attr == "sha256"}
     assert hashing <= {"embed.py", "db/merge.py", "history.py", "view/page.py", "store.py"}, hashing

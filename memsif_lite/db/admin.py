@@ -24,7 +24,7 @@ from .base import Table
 from .changes import ChangeLog
 from .items import stored_item_problem
 from .maintenance import backup, check_connection, export_rows, import_rows, read_export
-from .messages import ID_HIGH, ID_LIMIT, retire_id
+from .messages import CONTENT_KEY, ID_HIGH, ID_LIMIT, retire_id
 from .queue import step_problem
 from .vector_cache import VectorCache
 
@@ -185,7 +185,7 @@ _TIMES: dict[str, tuple[str, ...]] = {
     "tombstones": ("created_at", "local_at?"), "session_items": ("at",)}
 #: BLOB columns and the lengths they may have (``dim`` bytes per unit)
 _BLOBS: dict[tuple[str, str], tuple[int, ...]] = {
-    ("messages", "content_hash"): (32,), ("tombstones", "hash"): (32,), ("trajectories", "vec_sum"): (4, 8),
+    ("messages", "content_hash"): (CONTENT_KEY, 32), ("tombstones", "hash"): (32,), ("trajectories", "vec_sum"): (4, 8),
     ("segments", "vec_sum"): (0, 4, 8), ("cluster_statements", "vector"): (4,), ("cluster_queries", "vector"): (4,)}
 
 

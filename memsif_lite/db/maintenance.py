@@ -24,10 +24,10 @@ from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
-from .messages import id_problems, index_fulltext, malformed_times, unindex_fulltext
+from .messages import SHORTEN_CONTENT_KEYS, id_problems, index_fulltext, malformed_times, unindex_fulltext
 from .partition import partition_problems
 from .queue import malformed_steps
-from .structure import NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units
+from .structure import DROP_COUNTS, NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
 
@@ -147,7 +147,7 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
         else:
             raise InvalidInputError(f"unknown table {table!r} in export")
         counts[table] = counts.get(table, 0) + 1
-    for sql in STOW_SUMS:
+    for sql in (*STOW_SUMS, DROP_COUNTS, SHORTEN_CONTENT_KEYS):  # what an older export holds in full
         con.execute(sql)
     con.execute("INSERT INTO message_fts(message_fts) VALUES('delete-all')")
     for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():

@@ -12,7 +12,7 @@ import numpy as np
 from ..int8 import dequantize, quantize
 from ..tokens import count_tokens
 from .base import Table
-from .messages import high_water, index_fulltext
+from .messages import CONTENT_KEY, high_water, index_fulltext
 
 __all__ = ["Tombstones", "MergeRows", "FullMessage", "tombstone_hash"]
 
@@ -183,8 +183,8 @@ class MergeRows(Table):
         self.con.execute(
             "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
             "known_at) VALUES(?,?,?,?,?,?,?,?,?, coalesce((SELECT known_at FROM messages WHERE id=?), ?))",
-            (mid, m.speaker, m.text, m.at, m.session, m.source_id, content_hash, m.created_at, m.utc_offset_min, moved,
-             known_at))
+            (mid, m.speaker, m.text, m.at, m.session, m.source_id, content_hash[:CONTENT_KEY], m.created_at,
+             m.utc_offset_min, moved, known_at))
         code = quantize(np.frombuffer(vector, dtype=np.float32))
         self.con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(m.text), mid))
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))

@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 
 from .. import partition
+from ..embed import passage, passage_hash
 from ..errors import StorageCorruptError
 from ..fulltext import index_text
 from ..int8 import quantize
@@ -20,11 +21,18 @@ from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
-           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT"]
+           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
+           "SHORTEN_CONTENT_KEYS"]
 
 T = TypeVar("T")
 
 _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
+
+#: how many bytes of a passage's content hash (sha256) a message row keeps: the key of the
+#: embedding cache (Messages.vector_by_hash); schema 17 and earlier kept all 32
+CONTENT_KEY = 8
+#: the SQL that shortens the keys an older file or export holds (the migration to schema 18, an import)
+SHORTEN_CONTENT_KEYS = "UPDATE messages SET content_hash = substr(content_hash, 1, 8) WHERE length(content_hash) > 8"
 
 #: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)
 ID_HIGH = {"messages": "message_id_high", "core_facts": "fact_id_high"}
@@ -129,8 +137,8 @@ class Messages(Table):
         self.con.execute(
             "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, known_at, "
             "utc_offset_min, tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-            (mid, speaker, text, at, session, source_id, content_hash, created_at, created_at, utc_offset_min,
-             count_tokens(text) if tokens is None else tokens))
+            (mid, speaker, text, at, session, source_id, content_hash[:CONTENT_KEY], created_at, created_at,
+             utc_offset_min, count_tokens(text) if tokens is None else tokens))
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
         self.cache.stage_add(mid, code, at)
@@ -138,11 +146,17 @@ class Messages(Table):
         return mid
 
     def vector_by_hash(self, content_hash: bytes) -> np.ndarray | None:
-        """The stored vector of a message with this content hash (the file is the embedding cache)."""
-        row = self.con.execute(
-            "SELECT v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
-            "WHERE m.content_hash=? LIMIT 1", (content_hash,)).fetchone()
-        return None if row is None else from_i8(row[0])
+        """The stored vector of a message whose passage has this content hash (the file is the
+        embedding cache). The file keeps the hash's first :data:`CONTENT_KEY` bytes (schema 18:
+        sql/0018_compact_keys.sql); a row whose key matches is taken only if its own passage hashes
+        to ``content_hash``, so a key shared by chance, or made on purpose, never gives back another
+        passage's vector."""
+        for speaker, text, vec in self.con.execute(
+                "SELECT m.speaker, m.text, v.embedding FROM messages m JOIN message_vec v ON v.rowid = m.id "
+                "WHERE substr(m.content_hash, 1, 8)=?", (content_hash[:CONTENT_KEY],)):
+            if passage_hash(passage(speaker, text)) == content_hash:
+                return from_i8(vec)
+        return None
 
     def vector(self, mid: int) -> np.ndarray | None:
         row = self.con.execute("SELECT embedding FROM message_vec WHERE rowid=?", (mid,)).fetchone()

@@ -17,7 +17,8 @@ from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
 from .messages import cached_search
 from .vector_cache import Allowed, VectorCache
 
-__all__ = ["Structure", "UNIT_TABLES", "NO_SUM", "STOW_SUMS", "SEGMENT_SUM", "malformed_units"]
+__all__ = ["Structure", "UNIT_TABLES", "NO_SUM", "STOW_SUMS", "SEGMENT_SUM", "NO_COUNTS", "DROP_COUNTS",
+           "malformed_units"]
 
 #: ``segments.vec_sum`` since schema 16: empty. A segment's running sum is most of its row's bytes
 #: and is needed only until the segment is linked to a trajectory (it is never added to again; its
@@ -32,6 +33,20 @@ STOW_SUMS = ("INSERT OR REPLACE INTO segment_sums(segment_id, vec_sum) SELECT id
 #: a segment's running sum as stored: x'' for a linked one (recomputed), NULL when an open one lost its row
 SEGMENT_SUM = ("CASE WHEN trajectory_id IS NULL THEN (SELECT s.vec_sum FROM segment_sums s "
                 "WHERE s.segment_id=segments.id) ELSE x'' END")
+
+#: ``segments.entities`` of a segment linked to a trajectory since schema 18: empty. Its entity counts
+#: are those of its members' placements (``message_units.entities``), the same ones
+#: :func:`~memsif_lite.forgetting.recompute_unit` and a ``known_at`` rewind count; a linked segment
+#: read back (:meth:`Structure.load`, :meth:`Structure.segment_rows`) counts them again.
+NO_COUNTS = ""
+#: the SQL that drops the stored counts of linked segments (the migration to schema 18, an import)
+DROP_COUNTS = "UPDATE segments SET entities = '' WHERE trajectory_id IS NOT NULL AND entities != ''"
+#: a segment's entity counts as JSON: stored, or for a linked one counted from its members'
+#: placements (a member whose entities are not a JSON list of names adds none)
+_SEGMENT_COUNTS = ("CASE WHEN entities != '' OR trajectory_id IS NULL THEN entities ELSE "
+                   "(SELECT json_group_object(e, n) FROM (SELECT j.value AS e, count(*) AS n FROM message_units u, "
+                   "json_each(CASE WHEN json_valid(u.entities) AND json_type(u.entities)='array' THEN u.entities "
+                   "ELSE '[]' END) j WHERE u.segment_id=segments.id AND j.type='text' GROUP BY j.value)) END")
 
 #: the two composite levels: table, vec0 table
 UNIT_TABLES = {"segment": ("segments", "segment_vec"), "trajectory": ("trajectories", "trajectory_vec")}
@@ -51,7 +66,9 @@ def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: i
         return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
     if not isinstance(n, int) or n < 0:
         return "its message count is not a count"
-    if not isinstance(entities, str) or _stored_counts(entities) is None:
+    if linked and entities == NO_COUNTS:
+        pass
+    elif not isinstance(entities, str) or _stored_counts(entities) is None:
         return "its entities are not a JSON object of counts"
     if not (is_stored(start) and is_stored(end)):
         return "its span is not made of memsif timestamps"
@@ -135,13 +152,18 @@ class Structure(Table):
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
-        if row[6]:  # a linked segment: its sum from its members
+        if row[6]:  # a linked segment: its sum (and its entity counts, unless stored) from its members
             total = np.zeros(dim, dtype=np.float64)
-            for _, vec, _, _ in self.member_vectors(level, uid):
+            counted: Counter[str] = Counter()
+            for _, vec, ents, _ in self.member_vectors(level, uid):
                 total += vec.astype(np.float64)
+                counted.update(ents)
+            if row[3] != NO_COUNTS:
+                counted = Counter(_stored_counts(row[3]))
         else:
             total = from_sum(row[2])
-        return Unit(row[0], row[1], total, Counter(_stored_counts(row[3])), row[4], row[5])
+            counted = Counter(_stored_counts(row[3]))
+        return Unit(row[0], row[1], total, counted, row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
         """Write a unit's running state and its search vector."""
@@ -152,7 +174,10 @@ class Structure(Table):
         if n_segments is not None:
             args.append(n_segments)
         kept = "" if level == "segment" else ", vec_sum=?"  # a segment's: in segment_sums (a linked one has none)
-        self.con.execute(f"UPDATE {table} SET n_messages=?, entities=?, start_at=?, end_at=?{extra}{kept} WHERE id=?",
+        # a linked segment keeps no entity counts (:data:`NO_COUNTS`)
+        ents = "CASE WHEN trajectory_id IS NULL THEN ? ELSE '' END" if level == "segment" else "?"
+        self.con.execute(f"UPDATE {table} SET n_messages=?, entities={ents}, start_at=?, end_at=?{extra}{kept} "
+                         "WHERE id=?",
                          (*args, *([] if level == "segment" else [total]), u.id))
         if level == "segment":
             self.con.execute("UPDATE segment_sums SET vec_sum=? WHERE segment_id=?", (total, u.id))
@@ -252,9 +277,9 @@ class Structure(Table):
         return int(self.con.execute("SELECT count(*) FROM segments WHERE trajectory_id=?", (tid,)).fetchone()[0])
 
     def link(self, sid: int, tid: int) -> None:
-        """Put a closed segment into a trajectory (it keeps no running sum from now on: :data:`NO_SUM`);
-        the trajectory takes the segment's title if it has none."""
-        self.con.execute("UPDATE segments SET trajectory_id=? WHERE id=?", (tid, sid))
+        """Put a closed segment into a trajectory (it keeps no running sum and no entity counts from now
+        on: :data:`NO_SUM`, :data:`NO_COUNTS`); the trajectory takes the segment's title if it has none."""
+        self.con.execute("UPDATE segments SET trajectory_id=?, entities='' WHERE id=?", (tid, sid))
         self.con.execute("DELETE FROM segment_sums WHERE segment_id=?", (sid,))
         self.con.execute("UPDATE trajectories SET title=coalesce(title, (SELECT title FROM segments WHERE id=?)) "
                          "WHERE id=?", (sid, tid))
@@ -367,9 +392,11 @@ class Structure(Table):
         return members
 
     def segment_rows(self) -> list[tuple[int, int | None, str, str, str, int, str | None]]:
-        """(id, trajectory_id, entities JSON, start_at, end_at, closed, title) of every segment."""
+        """(id, trajectory_id, entities JSON, start_at, end_at, closed, title) of every segment (a
+        linked one's entity counts counted from its members: :data:`NO_COUNTS`)."""
         return self.con.execute(
-            "SELECT id, trajectory_id, entities, start_at, end_at, closed, title FROM segments ORDER BY id").fetchall()
+            f"SELECT id, trajectory_id, {_SEGMENT_COUNTS}, start_at, end_at, closed, title FROM segments "
+            "ORDER BY id").fetchall()
 
     def trajectory_rows(self) -> list[tuple[int, str, str, str, str | None]]:
         """(id, entities JSON, start_at, end_at, title) of every trajectory."""
