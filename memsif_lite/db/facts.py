@@ -12,7 +12,7 @@ from ..timeutil import from_stored
 from ..types import CoreFact, FactEvent
 from .base import Table
 from .messages import cached_search, next_id, retire_id
-from .rows import FactRow, i8
+from .rows import FactRow
 from .vector_cache import VectorCache
 
 __all__ = ["CoreFacts"]
@@ -85,8 +85,9 @@ class CoreFacts(Table):
 
     def rewrite(self, fid: int, stmt: str, vector: np.ndarray, now: str) -> None:
         self.con.execute("UPDATE core_facts SET stmt=?, updated_at=? WHERE id=?", (stmt, now, fid))
-        self.set_vector("fact_vec", fid, i8(vector))
-        self._staged(fid, quantize(vector))
+        code = quantize(vector)
+        self.set_vector("fact_vec", fid, code.tobytes())
+        self._staged(fid, code)
 
     def set_fact_vector(self, fid: int, code: bytes) -> None:
         """Put back a stored vector (int8 codes, as ``fact_vec`` holds them): undo."""

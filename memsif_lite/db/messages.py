@@ -103,15 +103,21 @@ def cached_search(con: Any, cache: VectorCache, qvec: np.ndarray, depth: int,
     """``cache.search`` once the cache is brought up to the caller's read snapshot (one is begun
     here when none is open), or None when it cannot answer (turned off, or unable to apply
     ``allowed`` exactly): the caller asks vec0, which gives the same ranking."""
+    return cache.search(qvec, depth, allowed) if _cache_ready(con, cache, allowed) else None
+
+
+def _cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) -> bool:
+    """Whether ``cache`` can answer a search (among ``allowed``) once brought up to the caller's
+    read snapshot (one is begun here when none is open): :func:`cached_search`'s first half."""
     if not cache.usable():
-        return None
+        return False
     times = allowed is not None and allowed.timed
     if con.get_autocommit():
         with con:
             cache.sync(times=times)
     else:
         cache.sync(times=times)
-    return cache.search(qvec, depth, allowed) if cache.usable(allowed) else None
+    return cache.usable(allowed)
 
 
 def _row(r: tuple) -> MessageRow:
@@ -213,10 +219,7 @@ class Messages(Table):
         The results are those of running them one after the other; an error in either is raised
         here, after both have ended."""
         cache = self.cache
-        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not cache.usable():
-            return self.nearest(qvec, depth), beside()
-        cache.sync()
-        if not cache.usable():
+        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not _cache_ready(self.con, cache):
             return self.nearest(qvec, depth), beside()
         done: list[Any] = []
 
