@@ -303,7 +303,7 @@ def _packed_images(con: apsw.Connection, dim: int) -> None:
         text = values[0]
         try:
             return pack(json.loads(text)) if isinstance(text, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     con.create_scalar_function("memsif_pack_images", packed, 1, deterministic=True)
@@ -363,6 +363,14 @@ def inspect(path: str | Path, *, key: Key | None = None) -> FileInfo | None:
         return _inspect_sqlite(p, key)
 
 
+def _bytes_on_disk(p: Path) -> int:
+    """A file's size; 0 when it is gone (a -wal the last connection of another process removes)."""
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _stamp(p: Path) -> tuple[int, int, bool]:
     st = p.stat()
     return st.st_size, st.st_mtime_ns, Path(f"{p}-wal").exists()
@@ -387,8 +395,8 @@ def _inspect_sqlite(p: Path, key: Key | None) -> FileInfo | None:
             # version and schema must be read from the same snapshot
             _sql(con, "BEGIN")
             try:
-                wal = Path(f"{p}-wal")  # a large -wal left by a kill -9 holds pages the check reads too
-                whole = p.stat().st_size + (wal.stat().st_size if wal.exists() else 0) <= FULL_CHECK_MAX_BYTES
+                # a large -wal left by a kill -9 holds pages the check reads too
+                whole = _bytes_on_disk(p) + _bytes_on_disk(Path(f"{p}-wal")) <= FULL_CHECK_MAX_BYTES
                 ok = _sql(con, "PRAGMA quick_check" if whole else "PRAGMA quick_check(sqlite_schema)").fetchall()
                 app_id = _sql(con, "PRAGMA application_id").fetchone()[0]
                 version = _sql(con, "PRAGMA user_version").fetchone()[0]
