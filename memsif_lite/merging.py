@@ -131,7 +131,8 @@ def read_other(path: str | Path, *, busy_timeout_ms: int, max_chars: int, key: K
         try:
             db = Database(con)
             with db.read():
-                msgs = db.merge.messages(has_offset=info.holds("utc_offsets"), int8=info.holds("int8_vectors"))
+                msgs = db.merge.messages(has_offset=info.holds("utc_offsets"), int8=info.holds("int8_vectors"),
+                                         has_known=info.holds("record_time"))
                 tombs = db.merge.tombstones(has_table=info.holds("tombstones"))
                 clusters = db.merge.clusters() if info.holds("clusters") else []
                 log = db.changes.carried(has_uid=info.holds("change_uids")) if info.holds("change_log") else []

@@ -66,10 +66,11 @@ _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-SchemaPart = Literal["clusters", "utc_offsets", "int8_vectors", "tombstones", "change_log", "change_uids"]
+SchemaPart = Literal["clusters", "utc_offsets", "int8_vectors", "tombstones", "change_log", "change_uids",
+                     "record_time"]
 #: the schema version that added each part a reader of an older file must know about
 _SCHEMA_PARTS: dict[str, int] = {"clusters": 3, "utc_offsets": 5, "int8_vectors": 6, "tombstones": 7, "change_log": 11,
-                                 "change_uids": 12}
+                                 "change_uids": 12, "record_time": 13}
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class FileInfo:
     def holds(self, part: SchemaPart) -> bool:
         """Whether the file's schema has ``part`` (a file of an older schema is read as it is, e.g.
         to merge it): ActiveFact clusters, each message's UTC offset, message vectors stored as
-        int8 codes (float32 before), the hashes of forgotten messages, the change log, its uids."""
+        int8 codes (float32 before), the hashes of forgotten messages, the change log, its uids,
+        each message's record time (``known_at``)."""
         return self.user_version >= _SCHEMA_PARTS[part]
 
 

@@ -233,3 +233,27 @@ def lives_in_reply(req: dict, title: str = "Moving") -> str:
         return '{"op": "add", "target": null}'
     return {prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
             prompts.TITLE_SYSTEM: json.dumps({"title": title})}.get(system, "{}")
+
+
+def as_schema_18(path: Path, dim: int) -> None:
+    """Turn a file back into what schema 18 wrote (before sql/0019): every message's created_at
+    whole, change_log_at on the record time's text, segment and CoreFact vectors in chunks of 16."""
+    con = apsw.Connection(str(path))
+    try:
+        con.enable_load_extension(True)
+        con.load_extension(sqlite_vec.loadable_path())
+        con.execute("BEGIN")
+        con.execute("UPDATE messages SET created_at=known_at WHERE created_at=''")
+        con.execute("DROP INDEX change_log_at")
+        con.execute("CREATE INDEX change_log_at ON change_log(at)")
+        for t in ("segment_vec", "fact_vec"):
+            rows = con.execute(f"SELECT rowid, embedding FROM {t} ORDER BY rowid").fetchall()
+            con.execute(f"DROP TABLE {t}")
+            con.execute(f"CREATE VIRTUAL TABLE {t} USING vec0(embedding int8[{dim}] distance_metric=cosine, "
+                        "chunk_size=16)")
+            for rid, v in rows:
+                con.execute(f"INSERT INTO {t}(rowid, embedding) VALUES(?, vec_int8(?))", (rid, v))
+        con.execute("PRAGMA user_version=18")
+        con.execute("COMMIT")
+    finally:
+        con.close()

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fakes import raw
+from fakes import as_schema_18, raw
 from memsif_lite import Config, Memory, store
 from memsif_lite.db.rewind import pack, unpack
 from memsif_lite.db.structure import NO_SUM
@@ -117,6 +117,7 @@ def _as_schema_15(path, embedder) -> None:
                 for s in mem.segments()}
         counts = {s.id: json.dumps(dict(mem._db.structure.load("segment", s.id).entities))
                   for s in mem.segments()}
+    as_schema_18(path, embedder.dim)  # schema 19's cuts undone first
     con = apsw.Connection(str(path))
     try:
         con.execute("BEGIN")

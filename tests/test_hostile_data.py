@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import FakeEmbedder, raw
+from fakes import FakeEmbedder, as_schema_18, raw
 from memsif_lite import InvalidInputError, Memory, MemsifError, NotFoundError, StorageCorruptError
 from memsif_lite.db.rewind import pack
 from memsif_lite.errors import InvalidMessageError
@@ -174,6 +174,7 @@ def test_a_merge_numbers_new_messages_above_every_forgotten_id(memory, tmp_path)
 def test_an_older_file_gets_its_high_water_marks(memory, db):
     with memory() as mem:
         _two(mem)
+    as_schema_18(db, FakeEmbedder().dim)
     con = apsw.Connection(str(db))
     con.execute("DELETE FROM meta WHERE key IN ('message_id_high', 'fact_id_high', 'file_id', 'partition_stamp'); "
                 "DROP TABLE vector_lists; DROP TABLE vector_partition; DROP TABLE session_items; "

@@ -13,6 +13,7 @@ import apsw
 import numpy as np
 import pytest
 
+from fakes import as_schema_18
 from memsif_lite import Config, Memory, store
 from memsif_lite.db.structure import NO_COUNTS
 from memsif_lite.embed import passage, passage_hash
@@ -148,6 +149,7 @@ def _as_schema_17(path, embedder) -> None:
     with Memory(path, embedder=embedder, config=CFG) as mem:
         counts = {s.id: json.dumps(dict(mem._db.structure.load("segment", s.id).entities), separators=(",", ":"))
                   for s in mem.segments()}
+    as_schema_18(path, embedder.dim)  # schema 19's cuts undone first
     con = apsw.Connection(str(path))
     try:
         con.execute("BEGIN")

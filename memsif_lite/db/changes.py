@@ -29,7 +29,8 @@ from ..timeutil import from_stored, now_stored
 from ..types import Change
 from .base import Table
 from .facts import CoreFacts
-from .rewind import IMAGE_COLUMN, IMAGE_TABLES, Rewind, images, pack, touched, watch
+from .messages import SAME_AS_KNOWN, created_at_of
+from .rewind import IMAGE_COLUMN, IMAGE_TABLES, Rewind, images, pack, record_time, touched, watch
 from .vector_cache import VectorCache
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
@@ -188,7 +189,9 @@ class ChangeLog(Table):
                "trajectories": [i for (i,) in q("SELECT id FROM trajectories ORDER BY id")],
                "active_facts": [i for (i,) in q("SELECT id FROM active_facts ORDER BY id")]}
         now = now_stored()
-        q("UPDATE messages SET known_at=?", (now,))
+        created = created_at_of()  # a message's created_at stays what it was
+        q(f"UPDATE messages SET created_at = CASE WHEN {created} = ?1 THEN '{SAME_AS_KNOWN}' ELSE {created} END, "
+          "known_at=?1", (now,))
         before = {t: [[list(k), None] for k in rows] for t, rows in Rewind(self.con).rows(IMAGE_TABLES).items()}
         return self.write(op, actor, summary=summary, ids=ids, at=now, before=pack(before))
 
@@ -229,11 +232,11 @@ class ChangeLog(Table):
         fact touched and operation."""
         where, args = ["1"], []  # type: tuple[list[str], list[Any]]
         if since is not None:
-            where.append("c.at >= ?")
-            args.append(since)
+            where.append(record_time(">=", "c."))
+            args += [since, since]
         if until is not None:
-            where.append("c.at <= ?")
-            args.append(until)
+            where.append(record_time("<=", "c."))
+            args += [until, until]
         if actor is not None:
             where.append("(c.actor = ? OR c.actor LIKE ? ESCAPE '\\')")
             args += [actor, actor.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"]

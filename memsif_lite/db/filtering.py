@@ -25,7 +25,7 @@ from ..filters import MessageFilter
 from ..types import CoreFact
 from . import bm25
 from .base import Table
-from .messages import Messages
+from .messages import CREATED_AT, Messages
 from .rows import MessageRow
 from .structure import UNIT_TABLES, Structure
 from .vector_cache import Allowed
@@ -249,7 +249,7 @@ class Filtering(Table):
         call that gave no time finds (index messages_speaker: the exact speaker is among its case-blind
         matches)."""
         row = self.con.execute("SELECT id FROM messages WHERE speaker=? COLLATE NOCASE AND speaker=? AND at>=? "
-                               "AND text=? AND session IS ? AND source_id IS NULL AND created_at<? "
+                               f"AND text=? AND session IS ? AND source_id IS NULL AND {CREATED_AT}<? "
                                "ORDER BY at DESC LIMIT 1",
                                (speaker, speaker, since, text, session, before_created)).fetchone()
         return None if row is None else int(row[0])

@@ -24,9 +24,10 @@ from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
 from .base import VEC_TABLES
-from .messages import SHORTEN_CONTENT_KEYS, id_problems, index_fulltext, malformed_times, unindex_fulltext
+from .messages import CREATED_AT, SHORTEN_CONTENT_KEYS, id_problems, index_fulltext, malformed_times, unindex_fulltext
 from .partition import partition_problems
 from .queue import malformed_steps
+from .rewind import malformed_record_times
 from .structure import DROP_COUNTS, NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
@@ -79,8 +80,10 @@ def export_rows(con: Any) -> Iterator[dict]:
     meta = store.read_meta(con)
     yield {"format": FORMAT, "version": 1, "schema_version": store.latest_version(), "meta": meta}
     for table, cols in TABLES.items():
-        # a segment's running sum, where it is kept (an export holds it in the segments row, as before schema 16)
-        sel = [SEGMENT_SUM if (table, c) == ("segments", "vec_sum") else c for c in cols]
+        # a segment's running sum, where it is kept (an export holds it in the segments row, as before schema 16);
+        # a message's created_at, whole (schema 19 keeps '' where it is the message's known_at)
+        sel = [SEGMENT_SUM if (table, c) == ("segments", "vec_sum") else CREATED_AT if (table, c) == (
+            "messages", "created_at") else c for c in cols]
         for row in con.execute(f"SELECT {', '.join(sel)} FROM {table} ORDER BY rowid"):
             yield {"table": table, "row": dict(zip(cols, (_enc(v) for v in row), strict=True))}
     for table in VEC_TABLES:
@@ -234,7 +237,8 @@ def check_connection(con: Any) -> list[str]:
     fk = con.execute("PRAGMA foreign_key_check").fetchall()
     if fk:
         problems.append(f"{len(fk)} rows reference missing rows (first: {fk[0][0]})")
-    problems += malformed_times(con) + malformed_units(con, dim) + malformed_steps(con)[:20] + id_problems(con)
+    problems += malformed_times(con) + malformed_record_times(con)
+    problems += malformed_units(con, dim) + malformed_steps(con)[:20] + id_problems(con)
     problems += partition_problems(con, dim)
     return problems
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..int8 import dequantize, quantize
 from ..tokens import count_tokens
 from .base import Table
-from .messages import CONTENT_KEY, high_water, index_fulltext
+from .messages import CONTENT_KEY, SAME_AS_KNOWN, created_at_of, high_water, index_fulltext
 
 __all__ = ["Tombstones", "MergeRows", "FullMessage", "tombstone_hash"]
 
@@ -73,8 +73,8 @@ class Tombstones(Table):
         self.con.execute("UPDATE tombstones SET local_at=NULL WHERE local_at IS NOT NULL")
 
 
-_FULL = ("m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.content_hash, m.created_at, m.utc_offset_min, "
-         "v.embedding FROM messages m JOIN message_vec v ON v.rowid=m.id")
+_FULL = (f"m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.content_hash, {created_at_of('m.')}, "
+         "m.utc_offset_min, v.embedding FROM messages m JOIN message_vec v ON v.rowid=m.id")
 
 
 def _full(r: tuple, int8: bool) -> FullMessage:
@@ -99,8 +99,11 @@ class MergeRows(Table):
             c.invalidate()
 
     # -- reading a file (ours, or the other one, opened read-only) ------------------------------------------
-    def messages(self, *, has_offset: bool = True, int8: bool = True) -> list[FullMessage]:
+    def messages(self, *, has_offset: bool = True, int8: bool = True, has_known: bool = True) -> list[FullMessage]:
+        """Every message, whole (``has_offset``, ``int8``, ``has_known``: the file's schema has UTC
+        offsets, int8 vectors, record times: a file older than schema 13 keeps created_at whole)."""
         cols = _FULL if has_offset else _FULL.replace("m.utc_offset_min", "NULL")
+        cols = cols if has_known else cols.replace(created_at_of("m."), "m.created_at")
         return [_full(r, int8) for r in self.con.execute(f"SELECT {cols} ORDER BY m.id")]
 
     def tombstones(self, *, has_table: bool = True) -> set[bytes]:
@@ -180,11 +183,14 @@ class MergeRows(Table):
                moved: int | None = None) -> None:
         """A message under a given id, with its vector and full-text row; learnt at ``known_at``,
         or when message ``moved`` was (a message placed again under a new id)."""
+        if moved is not None:
+            row = self.con.execute("SELECT known_at FROM messages WHERE id=?", (moved,)).fetchone()
+            known_at = known_at if row is None or row[0] is None else row[0]
         self.con.execute(
             "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, utc_offset_min, "
-            "known_at) VALUES(?,?,?,?,?,?,?,?,?, coalesce((SELECT known_at FROM messages WHERE id=?), ?))",
-            (mid, m.speaker, m.text, m.at, m.session, m.source_id, content_hash[:CONTENT_KEY], m.created_at,
-             m.utc_offset_min, moved, known_at))
+            "known_at) VALUES(?,?,?,?,?,?,?,?,?,?)",
+            (mid, m.speaker, m.text, m.at, m.session, m.source_id, content_hash[:CONTENT_KEY],
+             SAME_AS_KNOWN if m.created_at == known_at else m.created_at, m.utc_offset_min, known_at))
         code = quantize(np.frombuffer(vector, dtype=np.float32))
         self.con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(m.text), mid))
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))

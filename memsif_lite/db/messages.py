@@ -22,7 +22,7 @@ from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
            "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
-           "SHORTEN_CONTENT_KEYS"]
+           "SHORTEN_CONTENT_KEYS", "CREATED_AT", "created_at_of", "SAME_AS_KNOWN"]
 
 T = TypeVar("T")
 
@@ -33,6 +33,19 @@ _COLS = "id, speaker, text, at, session, source_id, utc_offset_min, tokens"
 CONTENT_KEY = 8
 #: the SQL that shortens the keys an older file or export holds (the migration to schema 18, an import)
 SHORTEN_CONTENT_KEYS = "UPDATE messages SET content_hash = substr(content_hash, 1, 8) WHERE length(content_hash) > 8"
+
+#: ``messages.created_at`` of a message whose created_at is its ``known_at`` (schema 19: every
+#: message added here; it differs only for one that came with a merge or an import)
+SAME_AS_KNOWN = ""
+
+
+def created_at_of(alias: str = "") -> str:
+    """The SQL expression of a message's created_at (``alias``: the table's, e.g. ``"m."``)."""
+    return f"coalesce(nullif({alias}created_at, '{SAME_AS_KNOWN}'), {alias}known_at)"
+
+
+#: a message's created_at, read from ``messages`` without an alias
+CREATED_AT = created_at_of()
 
 #: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)
 ID_HIGH = {"messages": "message_id_high", "core_facts": "fact_id_high"}
@@ -92,10 +105,20 @@ def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
 
 def malformed_times(con: Any) -> list[str]:
     """``memsif check``: messages whose time is not a stored time (reading them raises
-    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`)."""
-    bad = [mid for mid, at in con.execute("SELECT id, at FROM messages") if not is_stored(at)]
-    return [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
+    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), or whose created_at is their
+    record time (:data:`SAME_AS_KNOWN`) where that is not one."""
+    bad, unknown = [], []
+    for mid, at, created, known in con.execute("SELECT id, at, created_at, known_at FROM messages"):
+        if not is_stored(at):
+            bad.append(mid)
+        if created == SAME_AS_KNOWN and not is_stored(known):
+            unknown.append(mid)
+    out = [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
         if bad else []
+    if unknown:
+        out.append(f"{len(unknown)} messages have no record time (known_at) to be created at (first: message "
+                   f"{min(unknown)})")
+    return out
 
 
 def cached_search(con: Any, cache: VectorCache, qvec: np.ndarray, depth: int,
@@ -143,7 +166,7 @@ class Messages(Table):
         self.con.execute(
             "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, known_at, "
             "utc_offset_min, tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-            (mid, speaker, text, at, session, source_id, content_hash[:CONTENT_KEY], created_at, created_at,
+            (mid, speaker, text, at, session, source_id, content_hash[:CONTENT_KEY], SAME_AS_KNOWN, created_at,
              utc_offset_min, count_tokens(text) if tokens is None else tokens))
         code = quantize(vector)
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))

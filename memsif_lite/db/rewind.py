@@ -25,10 +25,11 @@ from typing import Any, Iterable
 import apsw
 
 from ..errors import StorageCorruptError
+from ..timeutil import is_stored
 from .base import Table
 
 __all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "renumber", "Rewind", "Rows", "pack", "unpack",
-           "IMAGE_COLUMN"]
+           "IMAGE_COLUMN", "record_time", "malformed_record_times"]
 
 #: the derived tables rewound, with their primary key columns (positions in the row)
 IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
@@ -56,6 +57,23 @@ _ZDICT = (b'"trajectories":[[[,null,null,"2023-1"core_facts":[[[,"fact_sources":
 _DEFLATE = 1
 #: the largest image :func:`unpack` inflates (a hostile file must not exhaust memory)
 _MAX_IMAGE = 64 << 20
+
+
+def record_time(op: str, alias: str = "") -> str:
+    """The condition ``{alias}at {op} ?`` on a change's record time, written so that the index
+    ``change_log_at`` answers it (schema 19: it indexes the time's second, ``unixepoch(at)``): the
+    seconds first, then the exact time of the rows found. Its argument is given twice."""
+    if op not in (">", ">=", "<", "<="):
+        raise ValueError(op)
+    return f"unixepoch({alias}at) {op[0]}= unixepoch(?) AND {alias}at {op} ?"
+
+
+def malformed_record_times(con: Any) -> list[str]:
+    """``memsif check``: changes whose record time is not a stored time (a read by record time,
+    :func:`record_time`, would not find them)."""
+    bad = [cid for cid, at in con.execute("SELECT id, at FROM change_log") if not is_stored(at)]
+    return [f"{len(bad)} changes have a record time that is not a memsif timestamp (first: change {min(bad)})"] \
+        if bad else []
 
 
 def pack(images: Any) -> bytes:
@@ -280,8 +298,8 @@ class Rewind(Table):
         state = self.rows(tables)
         types = {t: _types(self.con, t) for t in tables}
         col = image_column(self.con)
-        later = self.con.execute(f"SELECT id, {col} FROM change_log WHERE at > ? AND origin IS NULL AND {col} "
-                                 "IS NOT NULL ORDER BY id DESC", (known_at,))
+        later = self.con.execute(f"SELECT id, {col} FROM change_log WHERE {record_time('>')} AND origin IS NULL "
+                                 f"AND {col} IS NOT NULL ORDER BY id DESC", (known_at, known_at))
         for cid, raw in later:
             d = unpack(raw)
             if not isinstance(d, dict):  # not images memsif wrote: none kept
