@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, keyed, raw
 from memsif_lite import (Config, EmbeddingError, InvalidInputError, Memory, MemoryFileError, MemsifError,
                          StorageFullError)
+from memsif_lite.db.messages import CREATED_AT
 
 TESTS = Path(__file__).parent
 #: a plain file, and one encrypted with a passphrase
@@ -386,7 +387,8 @@ def _full_state(path):
               "candidate_clusters", "cluster_statements", "cluster_evidence", "cluster_queries", "active_facts",
               "llm_calls"]
     with raw(path) as con:  # a message's record time is when this file learnt it (an import: when it ran)
-        cols = {t: ", ".join(r[1] for r in con.execute(f"PRAGMA table_info({t})") if r[1] != "known_at")
+        cols = {t: ", ".join(CREATED_AT if (t, r[1]) == ("messages", "created_at") else r[1]  # read whole
+                             for r in con.execute(f"PRAGMA table_info({t})") if r[1] != "known_at")
                 for t in tables}
         out = {t: con.execute(f"SELECT {cols[t]} FROM {t} ORDER BY rowid").fetchall() for t in tables}
         for v in ("message_vec", "segment_vec", "trajectory_vec", "fact_vec", "active_fact_vec"):

@@ -183,6 +183,8 @@ def _check_fulltext(con: Any) -> None:
     con.execute("BEGIN IMMEDIATE" if own else "SAVEPOINT fulltext_check")
     try:
         for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
+            if not (isinstance(speaker, str) and isinstance(text, str)):
+                continue  # a damaged row (SQLite's integrity check names it): FTS5's check finds its entry wrong
             if index_text(speaker) != speaker or index_text(text) != text:
                 unindex_fulltext(con, mid, speaker, text)
                 con.execute("INSERT INTO message_fts(rowid, speaker, text) VALUES(?,?,?)", (mid, speaker, text))
