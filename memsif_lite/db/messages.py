@@ -105,19 +105,15 @@ def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
 
 def malformed_times(con: Any) -> list[str]:
     """``memsif check``: messages whose time is not a stored time (reading them raises
-    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), or whose created_at is their
-    record time (:data:`SAME_AS_KNOWN`) where that is not one."""
-    bad, unknown = [], []
-    for mid, at, created, known in con.execute("SELECT id, at, created_at, known_at FROM messages"):
-        if not is_stored(at):
-            bad.append(mid)
-        if created == SAME_AS_KNOWN and not is_stored(known):
-            unknown.append(mid)
+    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), and messages created at their
+    record time (:data:`SAME_AS_KNOWN`) that have none."""
+    bad = [mid for mid, at in con.execute("SELECT id, at FROM messages") if not is_stored(at)]
     out = [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
         if bad else []
-    if unknown:
-        out.append(f"{len(unknown)} messages have no record time (known_at) to be created at (first: message "
-                   f"{min(unknown)})")
+    n, first = con.execute(f"SELECT count(*), min(id) FROM messages WHERE created_at = '{SAME_AS_KNOWN}' "
+                           "AND unixepoch(known_at) IS NULL").fetchone()
+    if n:
+        out.append(f"{n} messages have no record time (known_at) to be created at (first: message {first})")
     return out
 
 
