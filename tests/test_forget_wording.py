@@ -194,3 +194,25 @@ def test_no_forgotten_messages_unique_word_survives(embedder, ops, forget):
         if mid in gone:
             token = _TOKENS[i].lower()
             assert re.search(token, text) is None or any(token in k for k in kept), (ops, forget, token)
+
+
+def test_a_merge_applying_the_other_files_forget_keeps_none_of_its_words(tmp_path, embedder, llm_server):
+    """The other copy forgot A: merging it removes A here, and nothing here keeps A's words (the
+    tombstone's forget, inside the merge, then its rebuild re-derives the facts from B)."""
+    _route(llm_server, {"extract": [_fact("Preference", "Maya loves kombucha from Quillfeather bakery"),
+                                    _fact("Preference", "Maya loves kombucha"),
+                                    _fact("Preference", "Maya loves kombucha")],  # the rebuild's
+                        "op": ['{"op": "merge", "target": 1}']})
+    path, other = tmp_path / "a.db", tmp_path / "b.db"
+    with _open(path, embedder, llm_server) as mem:
+        a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
+        b = mem.add("Maya", "I love kombucha.", at=T + timedelta(days=2))
+        mem.add("Leo", "ok", at=T + timedelta(days=3))
+        assert [f.message_ids for f in mem.facts()] == [(a, b)]
+        mem.backup(other)
+    with _open(other, embedder, llm_server) as mem:
+        mem.forget(message_id=a)
+    with _open(path, embedder, llm_server) as mem:
+        assert mem.merge_from(other).removed_by_tombstones == 1
+        assert [f.stmt for f in mem.facts()] == ["Maya loves kombucha"]
+    assert "quillfeather" not in everything(path) and "quillfeather" not in everything(other)
