@@ -20,15 +20,15 @@ segment that held it loses its LLM title.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
 from .active_facts import ActiveFactStore
 from .checks import check_id, check_text
 from .config import FactType
-from .core_facts import CONTEXT_MESSAGES, same_subject
-from .db import Database, Unit
+from .core_facts import CONTEXT_MESSAGES, Candidate, same_subject
+from .db import Database, QueuedStep, Unit
 from .db.merge import tombstone_hash
 from .errors import InvalidInputError, NotFoundError
 from .entities import words_of
@@ -109,8 +109,8 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
             continue
         sources = db.messages.many(list(db.facts.sources(fid))).values()
         db.facts.realign_valid_from(fid, now_stored(), {t for m in sources for t in stated_starts(m)})
+    beside = " ".join(f"{m.speaker} {m.text}" for m in db.messages.many(shown).values())
     if said and shown:  # facts an LLM extracted with the message in view, citing others
-        beside = " ".join(f"{m.speaker} {m.text}" for m in db.messages.many(shown).values())
         for fid in db.facts.citing(shown):
             fact = db.facts.get(fid)
             if fact is None or fid in kept:
@@ -120,6 +120,8 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
                 dirty.append(to_stored(fact.valid_from))
             if done is None:
                 db.facts.delete(fid)
+    if said:  # CoreFact candidates extracted with the message in view, not written yet
+        drop_candidates(db, db.queue.pending(("fact",), 1 << 62), mid, {mid, *shown}, said, beside)
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid, said)
@@ -164,6 +166,27 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
         stmt = max(found, key=lambda s: len(words_of(s) & have))  # ties: the earliest
     db.facts.reword(fid, stmt, embed_passages([stmt])[0], now_stored(), leaky)
     return True
+
+
+def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, shown: Collection[int], said: str,
+                    beside: str) -> None:
+    """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (it cites one
+    of the messages ``shown`` with it; ``said``: the message's speaker and text, ``beside``: the
+    others'): one citing only it, or holding a word of it that none of the other messages it cites
+    says (nor, when it does not cite ``mid``, one shown beside), is dropped, as :func:`reword`
+    would drop the fact it writes."""
+    for step in steps:
+        try:
+            c = Candidate.from_json(str(step.payload))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            continue  # a malformed step is set aside when it comes up
+        if not set(shown).intersection(c.message_ids):
+            continue
+        cited = [m for m in c.message_ids if m != mid]
+        texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
+        gone = words_of(said) - words_of(" ".join(texts + ([beside] if len(cited) == len(c.message_ids) else [])))
+        if not texts or words_of(" ".join([c.subject, c.stmt, *c.ends])) & gone:
+            db.queue.done(step)
 
 
 def forget_fact(db: Database, fid: int) -> None:

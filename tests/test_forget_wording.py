@@ -216,3 +216,29 @@ def test_a_merge_applying_the_other_files_forget_keeps_none_of_its_words(tmp_pat
         assert mem.merge_from(other).removed_by_tombstones == 1
         assert [f.stmt for f in mem.facts()] == ["Maya loves kombucha"]
     assert "quillfeather" not in everything(path) and "quillfeather" not in everything(other)
+
+
+def test_a_pending_candidate_worded_from_the_forgotten_message_is_not_written(tmp_path, embedder, llm_server):
+    """Forgotten while the CoreFact candidates extracted with it in view wait in the queue: one
+    holding its words is dropped (it would write them), one that does not is written."""
+    _route(llm_server, {"extract": [json.dumps({"facts": [
+        {"subject": "Maya", "type": "Preference", "stmt": "Maya loves the kombucha of Quillfeather bakery",
+         "lines": [1, 2]},
+        {"subject": "Maya", "type": "Preference", "stmt": "Maya loves kombucha", "lines": [2]}]})]})
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="manual",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
+        b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        for _ in range(20):
+            with raw(path) as con:
+                if con.execute("SELECT count(*) FROM work_queue WHERE kind='fact'").fetchone()[0] == 2:
+                    break
+            mem.process(max_steps=1)
+        assert mem.facts() == []  # both candidates wait
+        mem.forget(message_id=a)
+        assert "quillfeather" not in everything(path)
+        mem.process()
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (b,))]
+    assert "quillfeather" not in everything(path)
