@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from fakes import raw
 from memsif_lite import Config, Evidence, Memory, prompts
 from memsif_lite.db.rewind import unpack
+from memsif_lite.timeutil import record_clock
 
 CFG = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
 T = datetime(2024, 1, 1, 9)
+R0 = datetime(2026, 3, 1, 12, 0)  # record time
 
 
 def everything(path: Path, export: Path | None = None) -> str:
@@ -79,16 +81,20 @@ def test_a_fact_merged_from_another_message_is_worded_from_it_after_a_forget(tmp
                                     _fact("Preference", "Maya loves kombucha")],
                         "op": ['{"op": "merge", "target": 1}']})
     path, export = tmp_path / "m.db", tmp_path / "m.jsonl"
-    with _open(path, embedder, llm_server) as mem:
+    with record_clock(lambda: R0), _open(path, embedder, llm_server) as mem:
         a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
         b = mem.add("Maya", "I love kombucha.", at=T + timedelta(days=2))
         mem.add("Leo", "ok", at=T + timedelta(days=3))
         [f] = mem.facts()
         assert f.stmt == "Maya loves kombucha from Quillfeather bakery" and f.message_ids == (a, b)
+    with record_clock(lambda: R0 + timedelta(hours=1)), _open(path, embedder, llm_server) as mem:
         mem.forget(message_id=a)
         [f] = mem.facts()
         assert f.stmt == "Maya loves kombucha" and f.message_ids == (b,) and f.valid_from == T + timedelta(days=2)
         assert {e.stmt for e in mem.fact_history(f.id)} == {"Maya loves kombucha"}
+        # before the forget, as the file held it: what is left, as it is now worded (docs/history.md)
+        assert [(g.id, g.stmt) for g in mem.facts(known_at=R0)] == [(f.id, "Maya loves kombucha")]
+        assert [c.id for c in mem.context("What does Maya love?", known_at=R0).facts if c.kind == "core"] == [f.id]
         mem.export_to(export)
     text = everything(path, export)
     assert "kombucha" in text and "quillfeather" not in text
