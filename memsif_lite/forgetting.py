@@ -20,7 +20,7 @@ segment that held it loses its LLM title.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -121,7 +121,7 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
             if done is None:
                 db.facts.delete(fid)
     if said:  # CoreFact candidates extracted with the message in view, not written yet
-        drop_candidates(db, db.queue.pending(("fact",), 1 << 62), mid, {mid, *shown}, said, beside)
+        drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, said, beside)
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid, said)
@@ -168,20 +168,16 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
     return True
 
 
-def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, shown: Collection[int], said: str,
-                    beside: str) -> None:
-    """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (it cites one
-    of the messages ``shown`` with it; ``said``: the message's speaker and text, ``beside``: the
-    others'): one citing only it, or holding a word of it that none of the other messages it cites
-    says (nor, when it does not cite ``mid``, one shown beside), is dropped, as :func:`reword`
-    would drop the fact it writes."""
+def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: str, beside: str) -> None:
+    """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (``said``: its
+    speaker and text; ``beside``: the other messages shown with it): one citing only it, or holding
+    a word of it that none of the other messages it cites says (nor, when it does not cite ``mid``,
+    one shown beside), is dropped, as :func:`reword` would drop the fact it writes."""
     for step in steps:
         try:
             c = Candidate.from_json(str(step.payload))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             continue  # a malformed step is set aside when it comes up
-        if not set(shown).intersection(c.message_ids):
-            continue
         cited = [m for m in c.message_ids if m != mid]
         texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
         gone = words_of(said) - words_of(" ".join(texts + ([beside] if len(cited) == len(c.message_ids) else [])))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from .base import Table
 
@@ -121,6 +121,15 @@ class Queue(Table):
     def drop_message(self, message_id: int) -> None:
         """A forgotten message's pending placement."""
         self.con.execute("DELETE FROM work_queue WHERE message_id=? AND kind=?", (message_id, PLACE))
+
+    def citing(self, kind: str, message_ids: Sequence[int]) -> list[QueuedStep]:
+        """The pending steps of a kind whose payload (a JSON object) lists one of these messages in
+        its ``message_ids`` (a CoreFact candidate's), in queue order; other payloads are skipped."""
+        return sorted({QueuedStep(*r) for r in self.rows_in(
+            f"SELECT {_COLS} FROM work_queue WHERE kind=? AND EXISTS(SELECT 1 FROM json_each(CASE WHEN "
+            "json_valid(payload) AND json_type(payload, '$.message_ids')='array' THEN payload ELSE '{{}}' END, "
+            "'$.message_ids') WHERE value IN ({marks}))", list(message_ids), (kind,))},
+            key=lambda q: (q.message_id, q.sub))
 
     def backlog(self) -> tuple[int, str | None]:
         """(pending steps, creation time of the oldest)."""
