@@ -19,6 +19,7 @@ segment that held it loses its LLM title.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any, Callable, Sequence
 
@@ -172,7 +173,9 @@ def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: s
     """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (``said``: its
     speaker and text; ``beside``: the other messages shown with it): one citing only it, or holding
     a word of it that none of the other messages it cites says (nor, when it does not cite ``mid``,
-    one shown beside), is dropped, as :func:`reword` would drop the fact it writes."""
+    one shown beside), is dropped, as :func:`reword` would drop the fact it writes; one that is kept
+    cites the message no more (a *fact* step citing a message that is gone comes from before this
+    check, and writes nothing: :class:`memsif_lite.steps.fact.Fact`)."""
     for step in steps:
         try:
             c = Candidate.from_json(str(step.payload))
@@ -183,6 +186,8 @@ def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: s
         gone = words_of(said) - words_of(" ".join(texts + ([beside] if len(cited) == len(c.message_ids) else [])))
         if not texts or words_of(" ".join([c.subject, c.stmt, *c.ends])) & gone:
             db.queue.done(step)
+        elif len(cited) < len(c.message_ids):  # it no longer cites the message (a step read before now is stale)
+            db.queue.set_payload(step, dataclasses.replace(c, message_ids=tuple(cited)).to_json())
 
 
 def forget_fact(db: Database, fid: int) -> None:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import apsw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +249,31 @@ def test_a_pending_candidate_worded_from_the_forgotten_message_is_not_written(tm
         mem.process()
         assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (b,))]
     assert "quillfeather" not in everything(path)
+
+
+def test_a_queued_candidate_still_citing_a_forgotten_message_writes_nothing(tmp_path, embedder, llm_server):
+    """A file forgotten in before this check may hold a queued candidate that still cites the
+    forgotten message (and may hold its words): processing writes nothing from it."""
+    _route(llm_server, {"extract": [json.dumps({"facts": [
+        {"subject": "Maya", "type": "Preference", "stmt": "Maya loves the kombucha of Quillfeather bakery",
+         "lines": [1, 2]}]})]})
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="manual",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
+        b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        for _ in range(20):
+            with raw(path) as con:
+                if con.execute("SELECT count(*) FROM work_queue WHERE kind='fact'").fetchone()[0] == 1:
+                    break
+            mem.process(max_steps=1)
+    con = apsw.Connection(str(path))  # as the forget of a version before this check left it: a message
+    try:  # that no candidate cites any more... but this one, still queued
+        con.execute("UPDATE work_queue SET payload=replace(payload, '[1, 2]', '[99, 2]') WHERE kind='fact'")
+    finally:
+        con.close()
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="manual",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        mem.process()
+        assert mem.facts() == [] and b in [m.id for m in mem.messages()]

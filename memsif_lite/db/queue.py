@@ -105,8 +105,13 @@ class Queue(Table):
     # A step is identified by (message_id, sub), never by its rowid: rowids of deleted rows are
     # reused, while a (message_id, sub) pair is enqueued at most once in a file's life.
     def exists(self, step: QueuedStep) -> bool:
-        return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=?",
-                                (step.message_id, step.sub)).fetchone() is not None
+        """Whether the step is still queued as it was read (``forget`` may have rewritten its payload)."""
+        return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=? AND payload IS ?",
+                                (step.message_id, step.sub, step.payload)).fetchone() is not None
+
+    def set_payload(self, step: QueuedStep, payload: str) -> None:
+        self.con.execute("UPDATE work_queue SET payload=? WHERE message_id=? AND sub=?",
+                         (payload, step.message_id, step.sub))
 
     def done(self, step: QueuedStep) -> None:
         self.con.execute("DELETE FROM work_queue WHERE message_id=? AND sub=?", (step.message_id, step.sub))
