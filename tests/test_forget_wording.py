@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -277,3 +278,54 @@ def test_a_queued_candidate_still_citing_a_forgotten_message_writes_nothing(tmp_
                 llm_kwargs=llm_server.llm_kwargs()) as mem:
         mem.process()
         assert mem.facts() == [] and b in [m.id for m in mem.messages()]
+
+
+def test_a_candidate_decided_before_a_forget_is_decided_again_after_it(tmp_path, embedder, llm_server):
+    """A fact step decides with no transaction open (here: waiting on the LLM's choice) while the
+    message it cites is forgotten: the forget takes the message out of the queued candidate, and
+    the step, read before, is decided again rather than written citing a message that is gone
+    (which failed processing with a foreign key error)."""
+    asked, release = threading.Event(), threading.Event()
+
+    def choose() -> str:
+        asked.set()
+        release.wait(30)
+        return '{"op": "add", "target": null}'
+
+    llm_server.route({
+        prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+        prompts.TITLE_SYSTEM: '{"title": "Drinks"}', prompts.OPERATION_SYSTEM: choose,
+        prompts.EXTRACT_SYSTEM: lambda: json.dumps({"facts": [
+            {"subject": "Maya", "type": "Preference", "stmt": "Maya loves tea", "lines": [2]},
+            {"subject": "Maya", "type": "Preference", "stmt": "Maya loves kombucha", "lines": [1, 2]}]})})
+    path = tmp_path / "m.db"
+
+    def memory() -> Memory:
+        return Memory(path, embedder=embedder, config=Config(llm_retries=0, llm_timeout_s=60), llm="openai/test-model",
+                      process="manual", llm_kwargs=llm_server.llm_kwargs())
+
+    with memory() as mem:
+        a = mem.add("Maya", "Kombucha is my drink.", at=T)
+        b = mem.add("Maya", "I love kombucha and tea.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with memory() as other:
+                other.process()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert asked.wait(60)  # the second candidate's step is deciding
+    with memory() as mem:
+        mem.forget(message_id=a)
+    release.set()
+    worker.join(60)
+    assert errors == []  # (it was: the step wrote its source A, gone: a foreign key error)
+    with memory() as mem:
+        mem.process()
+        assert sorted((f.stmt, f.message_ids) for f in mem.facts()) == [
+            ("Maya loves kombucha", (b,)), ("Maya loves tea", (b,))]
