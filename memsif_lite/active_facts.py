@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .db import Database
-from .entities import normalise
+from .entities import normalise, words_of
 from .matching import coherence
 from .errors import InvalidInputError
 from .timeutil import now_stored
@@ -161,11 +161,21 @@ class ActiveFactStore:
                 clusters.restate(row[0], stmt, vec, now)
         return row[0]
 
-    def forget_message(self, mid: int) -> None:
-        """Remove a message from all evidence; clusters left empty disappear, the rest are
-        re-scored with ``withdraw=True``."""
+    def forget_message(self, mid: int, said: str = "") -> None:
+        """Remove a message from all evidence; a statement it was evidence of that holds a word of
+        ``said`` (what the message said) that none of its other evidence says goes too; clusters
+        left empty disappear, the rest are re-scored with ``withdraw=True``."""
         clusters = self.db.clusters
-        for cid in sorted(clusters.drop_source(mid)):
+        citing = clusters.citing(mid)
+        touched = clusters.drop_source(mid)
+        for sid in citing:
+            kept = clusters.statement(sid)
+            if kept is None:
+                continue
+            texts = [f"{m.speaker} {m.text}" for m in self.db.messages.many(list(kept[1])).values()]
+            if words_of(kept[0]) & (words_of(said) - words_of(" ".join(texts))):
+                clusters.drop_statement(sid)
+        for cid in sorted(touched):
             if not clusters.statements(cid):
                 clusters.delete(cid)
             else:

@@ -61,9 +61,12 @@ from .timeutil import now_stored
 
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
            "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
-           "extract_offline", "same_subject"]
+           "extract_offline", "same_subject", "CONTEXT_MESSAGES"]
 
 log = logging.getLogger("memsif_lite")
+
+#: the earlier messages of its trajectory an extraction shows beside a closed segment
+CONTEXT_MESSAGES = 6
 
 def same_subject(a: str, b: str) -> bool:
     """One subject written two ways: case and Unicode composition aside ("maya" is "Maya")."""
@@ -213,14 +216,14 @@ class CoreFactWriter:
         """The CoreFact candidates of a closed segment (the extractor may be an LLM)."""
         structure = self.db.structure
         return self.extractor.extract(structure.segment_messages(segment_id),
-                                      structure.trajectory_context(segment_id, 6))
+                                      structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
 
     def extract_prompt(self, segment_id: int) -> Prompt[Any] | None:
         """The prompt ``extract`` will send for this segment (None: the extractor asks no LLM),
         so that the worker can ask it ahead, beside other segments' prompts."""
         structure = self.db.structure
         return self.extractor.prompt(structure.segment_messages(segment_id),
-                                     structure.trajectory_context(segment_id, 6))
+                                     structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts of the candidate's subject: those of its type, plus the most similar ones

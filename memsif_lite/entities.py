@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_entities", "jaccard", "normalise", "STOP_WORDS", "MAX_ENTITIES"]
+__all__ = ["extract_entities", "jaccard", "normalise", "words_of", "STOP_WORDS", "MAX_ENTITIES"]
 
 MAX_ENTITIES = 24
 
@@ -130,3 +130,13 @@ def normalise(text: str) -> str:
     """Lower case, punctuation to spaces, whitespace collapsed: how statements and subjects are
     compared ("Maya's dog" == "maya s dog")."""
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+_ANY_WORD = re.compile(r"\w+")
+
+
+def words_of(text: str) -> frozenset[str]:
+    """The words of a text that can say something (case folded; function words and words of one or
+    two characters left out): what ``forget`` compares to tell a forgotten message's own words
+    (docs/history.md). Word forms are not merged: "lives" is not "live"."""
+    return frozenset(w for w in _ANY_WORD.findall(text.casefold()) if len(w) > 2 and w not in _STOP)

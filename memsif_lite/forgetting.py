@@ -9,27 +9,34 @@ empty); CoreFacts whose every source is gone are deleted (a fact they had supers
 current again); a fact that keeps other sources loses the merge/update events that came only from
 the message, an update it made is undone and its validity starts at its earliest remaining
 source (a later merge re-derives such facts exactly: the
-tombstone marks the file dirty from their earliest source); ActiveFact evidence from it is removed
-and the clusters re-scored (a cluster left without statements disappears, a promotion that no
-longer holds is withdrawn).
+tombstone marks the file dirty from their earliest source), and it keeps no word only the message
+had (:func:`reword`: worded again from its remaining sources, else deleted; so does a fact whose
+LLM extraction was shown the message beside its own sources); ActiveFact evidence
+from it is removed, with the statements holding its own words, and the clusters re-scored (a
+cluster left without statements disappears, a promotion that no longer holds is withdrawn); the
+segment that held it loses its LLM title.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .active_facts import ActiveFactStore
 from .checks import check_id, check_text
-from .db import Database, Unit
+from .config import FactType
+from .core_facts import CONTEXT_MESSAGES, Candidate, same_subject
+from .db import Database, QueuedStep, Unit
 from .db.merge import tombstone_hash
 from .errors import InvalidInputError, NotFoundError
-from .fact_extraction import stated_starts
+from .entities import words_of
+from .fact_extraction import extract_offline, stated_starts
 from .timeutil import now_stored, to_stored
 
-__all__ = ["forget", "forget_message", "forget_fact", "recompute_unit"]
+__all__ = ["forget", "forget_message", "forget_fact", "recompute_unit", "reword"]
 
 
 def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = None, fact_id: Any = None,
@@ -82,12 +89,14 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
     """Delete one message and what was derived only from it (the caller holds the transaction)."""
     row = db.messages.get(mid)
     sid = db.structure.segment_of_message(mid)
+    shown = [m for m in db.structure.shown_with(mid, CONTEXT_MESSAGES) if m != mid]
     db.queue.drop_message(mid)
     db.structure.unplace_message(mid)
     orphans, kept = db.facts.drop_source(mid)
     for fid in orphans:
         db.facts.delete(fid)
     dirty = [row.at] if row is not None else []
+    said = f"{row.speaker} {row.text}" if row is not None else ""
     for fid in kept:  # its merge/update events go; an update it made is undone
         fact = db.facts.get(fid)
         if fact is None:
@@ -96,17 +105,89 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         before = db.facts.drop_unsupported_events(fid)
         if before is not None:
             db.facts.rewrite(fid, before, active_store.embed_passages([before])[0], now_stored())
+        if reword(db, fid, said, active_store.embed_passages) is None:
+            db.facts.delete(fid)  # nothing it keeps says it in words of its own
+            continue
         sources = db.messages.many(list(db.facts.sources(fid))).values()
         db.facts.realign_valid_from(fid, now_stored(), {t for m in sources for t in stated_starts(m)})
+    beside = " ".join(f"{m.speaker} {m.text}" for m in db.messages.many(shown).values())
+    if said and shown:  # facts an LLM extracted with the message in view, citing others
+        for fid in db.facts.citing(shown):
+            fact = db.facts.get(fid)
+            if fact is None or fid in kept:
+                continue
+            done = reword(db, fid, said, active_store.embed_passages, beside)
+            if done is not False:
+                dirty.append(to_stored(fact.valid_from))
+            if done is None:
+                db.facts.delete(fid)
+    if said:  # CoreFact candidates extracted with the message in view, not written yet
+        drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, said, beside)
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
-    active_store.forget_message(mid)
+    active_store.forget_message(mid, said)
     db.messages.delete(mid)
     if sid is not None:
+        db.structure.drop_title(sid)  # written from its lines, this one among them
         tid = db.structure.trajectory_of_segment(sid)
         recompute_unit(db, "segment", sid)
         if tid is not None:
             recompute_unit(db, "trajectory", tid)
+
+
+def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence[str]], np.ndarray],
+           beside: str = "") -> bool | None:
+    """A CoreFact keeps no word only a forgotten message had (``said``: its speaker and text): one
+    that none of the fact's sources says (nor ``beside``: the other messages its extraction was
+    shown, for a fact that does not cite the message), function words aside, in its subject,
+    statement or history. A statement that holds one is replaced by the one the offline rules
+    extract from the fact's sources (of its subject and type, the one sharing most words with it;
+    ties: the earliest), re-embedded, and so is every history entry holding one. Returns False
+    when nothing held such a word, True when the fact was worded again, None when the offline
+    rules give no such statement: the fact must go."""
+    fact = db.facts.get(fid)
+    if fact is None or not said:
+        return False
+    sources = sorted(db.messages.many(list(fact.message_ids)).values(), key=lambda m: (m.at, m.id))
+    gone = words_of(said) - words_of(" ".join([beside] + [f"{m.speaker} {m.text}" for m in sources]))
+    if not gone:
+        return False
+    leaky = [hid for hid, stmt in db.facts.events(fid) if words_of(stmt) & gone]
+    if not leaky and not words_of(f"{fact.subject} {fact.stmt}") & gone:
+        return False
+    if words_of(fact.subject) & gone:
+        return None
+    stmt = fact.stmt
+    if words_of(stmt) & gone:
+        found = [c.stmt for c in extract_offline(sources, [FactType(fact.type, fact.type)])
+                 if same_subject(c.subject, fact.subject)]
+        if not found:
+            return None
+        have = words_of(stmt)
+        stmt = max(found, key=lambda s: len(words_of(s) & have))  # ties: the earliest
+    db.facts.reword(fid, stmt, embed_passages([stmt])[0], now_stored(), leaky)
+    return True
+
+
+def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: str, beside: str) -> None:
+    """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (``said``: its
+    speaker and text; ``beside``: the other messages shown with it): one citing only it, or holding
+    a word of it that none of the other messages it cites says (nor, when it does not cite ``mid``,
+    one shown beside), is dropped, as :func:`reword` would drop the fact it writes; one that is kept
+    cites the message no more (a *fact* step citing a message that is gone comes from before this
+    check, and writes nothing: :class:`memsif_lite.steps.fact.Fact`)."""
+    for step in steps:
+        try:
+            c = Candidate.from_json(str(step.payload))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            continue  # a malformed step is set aside when it comes up
+        cited = [m for m in c.message_ids if m != mid]
+        texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
+        gone = words_of(said) - words_of(" ".join(texts + ([beside] if len(cited) == len(c.message_ids) else [])))
+        if not texts or words_of(" ".join([c.subject, c.stmt, *c.ends])) & gone:
+            db.queue.done(step)
+        elif len(cited) < len(c.message_ids):  # it no longer cites the message (a step read before now is stale)
+            db.queue.set_payload(step, dataclasses.replace(c, message_ids=tuple(cited)).to_json())
 
 
 def forget_fact(db: Database, fid: int) -> None:

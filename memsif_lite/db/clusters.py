@@ -75,6 +75,24 @@ class Clusters(Table):
                 self.con.execute("DELETE FROM cluster_statements WHERE id=?", (sid,))
         return touched
 
+    def citing(self, mid: int) -> list[int]:
+        """The statements a message is evidence of."""
+        return [int(s) for (s,) in self.con.execute(
+            "SELECT statement_id FROM cluster_evidence WHERE message_id=? ORDER BY statement_id", (mid,))]
+
+    def statement(self, sid: int) -> tuple[str, tuple[int, ...]] | None:
+        """A statement's text and the messages it is evidence of (None: it is gone)."""
+        row = self.con.execute("SELECT stmt FROM cluster_statements WHERE id=?", (sid,)).fetchone()
+        if row is None:
+            return None
+        return str(row[0]), tuple(int(m) for (m,) in self.con.execute(
+            "SELECT message_id FROM cluster_evidence WHERE statement_id=? ORDER BY message_id", (sid,)))
+
+    def drop_statement(self, sid: int) -> None:
+        """Delete a statement with its evidence (``forget``: it held a forgotten message's words)."""
+        self.con.execute("DELETE FROM cluster_evidence WHERE statement_id=?", (sid,))
+        self.con.execute("DELETE FROM cluster_statements WHERE id=?", (sid,))
+
     # -- Q_k (queries) -------------------------------------------------------------------------------
     def queries(self, cid: int) -> list[tuple[str, np.ndarray]]:
         return [(q, _vec(b)) for q, b in self.con.execute(

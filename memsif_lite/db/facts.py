@@ -161,6 +161,19 @@ class CoreFacts(Table):
                 self.con.execute("UPDATE fact_history SET stmt=? WHERE id=?", (wording, hid))
         return None if wording is None or wording == self.stmt(fid) else str(wording)
 
+    def reword(self, fid: int, stmt: str, vector: np.ndarray, now: str, events: Collection[int]) -> None:
+        """A fact worded again (``forget``: its wording held words only a forgotten message had):
+        its statement and vector, and the statement of each of its ``fact_history`` rows in
+        ``events`` (ids, :meth:`events`) become ``stmt``."""
+        self.rewrite(fid, stmt, vector, now)
+        for hid in sorted(set(events)):
+            self.con.execute("UPDATE fact_history SET stmt=? WHERE id=? AND fact_id=?", (stmt, hid, fid))
+
+    def events(self, fid: int) -> list[tuple[int, str]]:
+        """(history row id, statement) of a fact's ``fact_history``, oldest first."""
+        return [(int(h), str(t)) for h, t in self.con.execute(
+            "SELECT id, stmt FROM fact_history WHERE fact_id=? ORDER BY id", (fid,))]
+
     def realign_valid_from(self, fid: int, now: str, stated: Collection[str] = ()) -> None:
         """After a source went: a fact holds from its earliest remaining source when the time it
         had is none of theirs, nor on a day they name (``stated``: the times "last week" and the
@@ -177,6 +190,11 @@ class CoreFacts(Table):
     # -- reads for the API -------------------------------------------------------------------------
     def exists(self, fid: int) -> bool:
         return self.con.execute("SELECT 1 FROM core_facts WHERE id=?", (fid,)).fetchone() is not None
+
+    def citing(self, message_ids: Sequence[int]) -> list[int]:
+        """The facts any of these messages is a source of, by id."""
+        return sorted({int(f) for (f,) in self.rows_in(
+            "SELECT fact_id FROM fact_sources WHERE message_id IN ({marks})", list(message_ids))})
 
     def sources(self, fid: int) -> tuple[int, ...]:
         return tuple(m for (m,) in self.con.execute(

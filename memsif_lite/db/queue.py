@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from .base import Table
 
@@ -105,8 +105,13 @@ class Queue(Table):
     # A step is identified by (message_id, sub), never by its rowid: rowids of deleted rows are
     # reused, while a (message_id, sub) pair is enqueued at most once in a file's life.
     def exists(self, step: QueuedStep) -> bool:
-        return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=?",
-                                (step.message_id, step.sub)).fetchone() is not None
+        """Whether the step is still queued as it was read (``forget`` may have rewritten its payload)."""
+        return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=? AND payload IS ?",
+                                (step.message_id, step.sub, step.payload)).fetchone() is not None
+
+    def set_payload(self, step: QueuedStep, payload: str) -> None:
+        self.con.execute("UPDATE work_queue SET payload=? WHERE message_id=? AND sub=?",
+                         (payload, step.message_id, step.sub))
 
     def done(self, step: QueuedStep) -> None:
         self.con.execute("DELETE FROM work_queue WHERE message_id=? AND sub=?", (step.message_id, step.sub))
@@ -121,6 +126,15 @@ class Queue(Table):
     def drop_message(self, message_id: int) -> None:
         """A forgotten message's pending placement."""
         self.con.execute("DELETE FROM work_queue WHERE message_id=? AND kind=?", (message_id, PLACE))
+
+    def citing(self, kind: str, message_ids: Sequence[int]) -> list[QueuedStep]:
+        """The pending steps of a kind whose payload (a JSON object) lists one of these messages in
+        its ``message_ids`` (a CoreFact candidate's), in queue order; other payloads are skipped."""
+        return sorted({QueuedStep(*r) for r in self.rows_in(
+            f"SELECT {_COLS} FROM work_queue WHERE kind=? AND EXISTS(SELECT 1 FROM json_each(CASE WHEN "
+            "json_valid(payload) AND json_type(payload, '$.message_ids')='array' THEN payload ELSE '{{}}' END, "
+            "'$.message_ids') WHERE value IN ({marks}))", list(message_ids), (kind,))},
+            key=lambda q: (q.message_id, q.sub))
 
     def backlog(self) -> tuple[int, str | None]:
         """(pending steps, creation time of the oldest)."""

@@ -231,6 +231,19 @@ class Structure(Table):
     def set_segment_title(self, sid: int, title: str) -> None:
         self.con.execute("UPDATE segments SET title=? WHERE id=?", (title, sid))
 
+    def drop_title(self, sid: int) -> None:
+        """``forget``: a segment's title was written from its messages, the forgotten one among them:
+        it goes, and so does its trajectory's title when it was this one's (the trajectory takes
+        the title of another of its segments that has one, else none)."""
+        row = self.con.execute("SELECT trajectory_id, title FROM segments WHERE id=?", (sid,)).fetchone()
+        if row is None or row[1] is None:
+            return
+        self.con.execute("UPDATE segments SET title=NULL WHERE id=?", (sid,))
+        if row[0] is not None:
+            self.con.execute(
+                "UPDATE trajectories SET title=(SELECT title FROM segments WHERE trajectory_id=? AND title IS NOT NULL "
+                "ORDER BY id LIMIT 1) WHERE id=? AND title=?", (row[0], row[0], row[1]))
+
     def place_message(self, mid: int, sid: int, ents: list[str], phi: float | None, decision: str) -> None:
         self.con.execute(
             "INSERT INTO message_units(message_id, segment_id, entities, phi, decision) VALUES(?,?,?,?,?)",
@@ -306,6 +319,24 @@ class Structure(Table):
             "JOIN messages m ON m.id=u.message_id JOIN message_vec v ON v.rowid=u.message_id "
             f"WHERE {_MEMBERS[level]} ORDER BY u.message_id", (uid,)).fetchall()
         return [(r[0], from_i8(r[1]), _entity_list(r[0], r[2]), r[3]) for r in rows]
+
+    def shown_with(self, mid: int, limit: int) -> list[int]:
+        """The messages whose CoreFact extraction may have shown message ``mid`` to an LLM: those of
+        its segment (read whole), and those of the later segments of its trajectory that had it
+        among the last ``limit`` messages before them (:meth:`trajectory_context`)."""
+        sid = self.segment_of_message(mid)
+        if sid is None:
+            return []
+        out = [m.id for m in self.segment_messages(sid)]
+        tid = self.trajectory_of_segment(sid)
+        if tid is None:
+            return out
+        for (oid,) in self.con.execute("SELECT id FROM segments WHERE trajectory_id=? AND id>? ORDER BY id",
+                                       (tid, sid)).fetchall():
+            if mid not in {m.id for m in self.trajectory_context(oid, limit)}:
+                break  # and so for every later one: its context is later still
+            out += [m.id for m in self.segment_messages(oid)]
+        return out
 
     def trajectory_context(self, sid: int, limit: int) -> list[MessageRow]:
         """The last ``limit`` messages of earlier segments of ``sid``'s trajectory, oldest first.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -34,11 +33,11 @@ class Fact(Step[Choice]):
     def decide(self, tools: Tools, row: QueuedStep) -> Choice | None:
         assert row.payload is not None
         c = Candidate.from_json(row.payload)
-        alive = tuple(m for m in c.message_ids if tools.db.messages.exists(m))
-        if not alive:  # every source forgotten meanwhile
+        if not all(tools.db.messages.exists(m) for m in c.message_ids):
+            # a source forgotten since: a forget now takes it out of the candidate, or drops the
+            # candidate when it holds its words; one still citing it comes from a file forgotten
+            # in before that, and may hold them (docs/history.md)
             return None
-        if alive != c.message_ids:
-            c = dataclasses.replace(c, message_ids=alive)
         cited = tools.db.messages.many(list(c.message_ids))
         key = decision_key(c.subject, c.type, c.stmt, cited.values())
         if tools.db.changes.undone_decision(key):  # taken back with `memsif undo`: not written again
