@@ -136,16 +136,17 @@ class Messages(Table):
 
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
                content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None,
-               tokens: int | None = None) -> int:
+               tokens: int | None = None, code: np.ndarray | None = None) -> int:
         """The message row (with its UTC offset and token count; learnt at ``created_at``: its record
-        time), its int8 vector and its full-text row."""
+        time), its int8 vector (``code``: ``quantize(vector)``, when the caller has it) and its
+        full-text row."""
         mid = next_id(self.con, "messages")
         self.con.execute(
             "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, known_at, "
             "utc_offset_min, tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
             (mid, speaker, text, at, session, source_id, content_hash[:CONTENT_KEY], created_at, created_at,
              utc_offset_min, count_tokens(text) if tokens is None else tokens))
-        code = quantize(vector)
+        code = quantize(vector) if code is None else code
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
         self.cache.stage_add(mid, code, at)
         index_fulltext(self.con, mid, speaker, text)
