@@ -147,6 +147,8 @@ class IngestPipeline:
         out: list[Added] = []
         skipped = 0
         with self.db.write():
+            ids = self.db.messages.new_ids()
+            forgotten = self.db.tombstones.any()  # none is added below: asked once
             for i, (r, h, v, n) in enumerate(zip(rows, hashes, vecs, tokens, strict=True)):
                 present = self.present_id(r, created) if skip_existing else None
                 if present is not None:
@@ -155,9 +157,11 @@ class IngestPipeline:
                     continue
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
                                               source_id=r.source_id, content_hash=h, created_at=created, vector=v,
-                                              utc_offset_min=r.utc_offset_min, tokens=n, code=codes[i])
+                                              utc_offset_min=r.utc_offset_min, tokens=n, code=codes[i],
+                                              mid=next(ids))
                 self.db.queue.push(PLACE, mid, created)
-                self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))  # added again on purpose
+                if forgotten:  # added again on purpose
+                    self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))
                 if stored is not None:  # the row as stored, too: the place step need not read it back
                     self.worker.hint(mid, stored[i], extract_entities(r.text),
                                      MessageRow(mid, r.speaker, r.text, r.at, r.session, r.source_id,
