@@ -79,11 +79,12 @@ class Worker:
                     break
                 if stop is not None and stop():
                     break
+                read_at = self.db.write_stamp()  # next() reads the row it gives in this call
                 row = self.lookahead.next()
                 if row is None:
                     break
                 try:
-                    outcome = self.runner.run(row)
+                    outcome = self.runner.run(row, read_at)
                 except StaleError as e:
                     stale += 1
                     log.info("step %s %d was stale (%s); deciding again", row.kind, row.id, e)
