@@ -31,7 +31,8 @@ from .timeutil import from_stored
 from .types import Segment
 
 __all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "PlaceDecision",
-           "segment_lines", "list_segments", "label", "MAX_GAP", "Placed", "Seen"]
+           "segment_lines", "list_segments", "label", "MAX_GAP", "Placed", "Seen",
+           "reads_lines"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -45,13 +46,21 @@ def segment_lines(db: Database, segment_id: int, limit: int = 6) -> list[str]:
 
 
 class BoundaryJudge(Protocol):
-    """Decides the ambiguous band τ_split < φ < τ_merge: does the message continue the segment?"""
+    """Decides the ambiguous band τ_split < φ < τ_merge: does the message continue the segment?
+    A judge whose ``reads_lines`` is False is given no lines (they are not read for it)."""
 
     def continues(self, segment_lines: Sequence[str], message_line: str, score: float, gap: timedelta) -> bool: ...
 
 
+def reads_lines(judge: object) -> bool:
+    """Whether a judge reads the lines it is given (a judge that does not say so does)."""
+    return bool(getattr(judge, "reads_lines", True))
+
+
 class OfflineBoundaryJudge:
     """Deterministic: continue iff φ ≥ the band's midpoint and the gap is under MAX_GAP."""
+
+    reads_lines = False  # φ and the gap only
 
     def __init__(self, tau_split: float, tau_merge: float):
         self.mid = (tau_split + tau_merge) / 2.0
@@ -135,7 +144,7 @@ class SegmentBuilder:
         else:
             gap = abs(from_stored(at) - from_stored(seg.end_at))
             # the offline judge reads only φ and the gap: the segment's lines are not read for it
-            lines = () if isinstance(self.judge, OfflineBoundaryJudge) else segment_lines(self.db, seg.id)
+            lines = segment_lines(self.db, seg.id) if reads_lines(self.judge) else ()
             ok = self.judge.continues(lines, line, score, gap)
             decision = "judge_merge" if ok else "judge_split"
         seen = Seen(stamp, message_id, seg, rule) if message_id is not None else None

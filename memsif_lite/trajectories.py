@@ -19,7 +19,7 @@ from .db.structure import entity_counts
 from .llm import LLM
 from .matching import phi
 from .errors import StaleError
-from .segments import label, list_segments, segment_lines
+from .segments import label, list_segments, reads_lines, segment_lines
 from .timeutil import from_stored
 from .types import Segment, Trajectory
 
@@ -31,7 +31,8 @@ log = logging.getLogger("memsif_lite")
 
 class TrajectoryJudge(Protocol):
     """Given a closed segment and its top-K candidate trajectories (best φ first), the index of
-    the one it joins, or None for a new trajectory."""
+    the one it joins, or None for a new trajectory (a judge whose ``reads_lines`` is False is given
+    no lines: :func:`~memsif_lite.segments.reads_lines`)."""
 
     def choose(self, segment_lines: Sequence[str], candidate_lines: Sequence[Sequence[str]],
                scores: Sequence[float]) -> int | None: ...
@@ -39,6 +40,8 @@ class TrajectoryJudge(Protocol):
 
 class OfflineTrajectoryJudge:
     """Deterministic: the best candidate whose φ reaches ``threshold``."""
+
+    reads_lines = False  # the scores only
 
     def __init__(self, threshold: float):
         self.threshold = threshold
@@ -114,7 +117,7 @@ class TrajectoryBuilder:
         choice = None
         if cands:
             scores = [s for s, _ in cands]
-            if isinstance(self.judge, OfflineTrajectoryJudge):  # it reads only the scores: no lines read for it
+            if not reads_lines(self.judge):  # the offline judge reads only the scores: no lines read for it
                 choice = self.judge.choose((), (), scores)
             else:
                 cand_lines = [self._trajectory_lines(t.id) for _, t in cands]
