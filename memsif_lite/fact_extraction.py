@@ -396,6 +396,7 @@ def extract_offline(messages: Sequence[MessageRow], schema: Sequence[FactType]) 
     """Candidates from a segment's messages; only types present in the schema. A statement that
     could only be stored cut mid-phrase is not extracted at all."""
     allowed = {t.name.lower(): t.name for t in schema}
+    rules = [rule for rule in _RULES if rule.type.lower() in allowed]  # once, not once a sentence
     out: list[Candidate] = []
     seen: set[tuple[str, str]] = set()
     for msg in messages:
@@ -404,9 +405,7 @@ def extract_offline(messages: Sequence[MessageRow], schema: Sequence[FactType]) 
         local = local_time(said, msg.utc_offset_min)
         for sentence in _sentences(text):
             times = stated_times(sentence, local)
-            for rule in _RULES:
-                if rule.type.lower() not in allowed:
-                    continue
+            for rule in rules:
                 for m in rule.rx.finditer(sentence):
                     obj = next((g for g in reversed(m.groups()) if g), "")
                     if rule.type != "Identity" and (not obj or _PRONOUN_START.match(obj.strip())):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from .db import Database
+from .db import Database, MessageRow
 from .db.merge import tombstone_hash
 from .db.queue import PLACE
 from .embed import Embeddings, passage, passage_hash
@@ -140,11 +140,16 @@ class IngestPipeline:
         with self.db.read():
             vecs = self.embeddings.passages_cached(passages, hashes)
         tokens = count_tokens_many([r.text for r in rows])  # counted once, here, not per query
+        codes = quantize(vecs)  # the whole batch at once: each row's codes are what quantize(row) gives
+        # the stored (int8) direction, exactly what a later step reads back
+        stored = dequantize(codes) if process else None
         created = now_stored()
         out: list[Added] = []
         skipped = 0
         with self.db.write():
-            for r, h, v, n in zip(rows, hashes, vecs, tokens, strict=True):
+            ids = self.db.messages.new_ids()
+            forgotten = self.db.tombstones.any()  # none is added below: asked once
+            for i, (r, h, v, n) in enumerate(zip(rows, hashes, vecs, tokens, strict=True)):
                 present = self.present_id(r, created) if skip_existing else None
                 if present is not None:
                     skipped += 1
@@ -152,11 +157,15 @@ class IngestPipeline:
                     continue
                 mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
                                               source_id=r.source_id, content_hash=h, created_at=created, vector=v,
-                                              utc_offset_min=r.utc_offset_min, tokens=n)
+                                              utc_offset_min=r.utc_offset_min, tokens=n, code=codes[i],
+                                              mid=next(ids))
                 self.db.queue.push(PLACE, mid, created)
-                self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))  # added again on purpose
-                if process:  # the stored (int8) direction, exactly what a later step reads back
-                    self.worker.hint(mid, dequantize(quantize(v)), extract_entities(r.text))
+                if forgotten:  # added again on purpose
+                    self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))
+                if stored is not None:  # the row as stored, too: the place step need not read it back
+                    self.worker.hint(mid, stored[i], extract_entities(r.text),
+                                     MessageRow(mid, r.speaker, r.text, r.at, r.session, r.source_id,
+                                                r.utc_offset_min, n))
                 out.append(Added(mid, True))
             if process:
                 self.worker.run(progress=progress)

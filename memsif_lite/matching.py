@@ -17,13 +17,12 @@ the re-normalised mean, which ranks the same way for a fixed query.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Iterable
 
 import numpy as np
 
-from .entities import jaccard
-
-__all__ = ["normalised_cosine", "phi", "unit", "coherence"]
+__all__ = ["normalised_cosine", "phi", "unit", "coherence", "overlap"]
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -41,7 +40,23 @@ def phi(a: np.ndarray, ents_a: Iterable[str], b: np.ndarray, ents_b: Iterable[st
     """φ for two units given their mean embeddings (means of unit vectors, not re-normalised)
     and entity sets."""
     cos = float(np.dot(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
-    return alpha * normalised_cosine(cos, levels) + (1.0 - alpha) * jaccard(set(ents_a), set(ents_b))
+    return alpha * normalised_cosine(cos, levels) + (1.0 - alpha) * overlap(_distinct(ents_a), _distinct(ents_b))
+
+
+def _distinct(ents: Iterable[str]) -> AbstractSet[str]:
+    """``ents`` as a set: as given when it is one already (a unit's ``entities.keys()``: a
+    trajectory holds hundreds, copied for every candidate scored before), else a new one."""
+    return ents if isinstance(ents, AbstractSet) else set(ents)
+
+
+def overlap(a: AbstractSet[str], b: AbstractSet[str]) -> float:
+    """:func:`~memsif_lite.entities.jaccard` of two sets, |A ∩ B| / (|A| + |B| − |A ∩ B|): the same
+    counts and the same division, the intersection counted over the smaller set (no union built)."""
+    if not a and not b:
+        return 0.0
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    common = sum(1 for e in small if e in large)
+    return common / (len(a) + len(b) - common)
 
 
 def coherence(vectors: np.ndarray, levels: tuple[float, float]) -> float:

@@ -14,14 +14,14 @@ extraction (:mod:`memsif_lite.steps`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from . import prompts
-from .db import Database, Unit
+from .db import Database, MessageRow, Unit
 from .db.structure import entity_counts
 from .episodes import ATTACH, boundary_rule
 from .errors import StaleError
@@ -31,7 +31,8 @@ from .timeutil import from_stored
 from .types import Segment
 
 __all__ = ["BoundaryJudge", "OfflineBoundaryJudge", "LLMBoundaryJudge", "SegmentBuilder", "PlaceDecision",
-           "segment_lines", "list_segments", "label", "MAX_GAP"]
+           "segment_lines", "list_segments", "label", "MAX_GAP", "Placed", "Seen",
+           "reads_lines"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -45,13 +46,21 @@ def segment_lines(db: Database, segment_id: int, limit: int = 6) -> list[str]:
 
 
 class BoundaryJudge(Protocol):
-    """Decides the ambiguous band τ_split < φ < τ_merge: does the message continue the segment?"""
+    """Decides the ambiguous band τ_split < φ < τ_merge: does the message continue the segment?
+    A judge whose ``reads_lines`` is False is given no lines (they are not read for it)."""
 
     def continues(self, segment_lines: Sequence[str], message_line: str, score: float, gap: timedelta) -> bool: ...
 
 
+def reads_lines(judge: object) -> bool:
+    """Whether a judge reads the lines it is given (a judge that does not say so does)."""
+    return bool(getattr(judge, "reads_lines", True))
+
+
 class OfflineBoundaryJudge:
     """Deterministic: continue iff φ ≥ the band's midpoint and the gap is under MAX_GAP."""
+
+    reads_lines = False  # φ and the gap only
 
     def __init__(self, tau_split: float, tau_merge: float):
         self.mid = (tau_split + tau_merge) / 2.0
@@ -74,6 +83,18 @@ class LLMBoundaryJudge:
 
 
 @dataclass(frozen=True)
+class Seen:
+    """What a placement decision read (the open segment, the episode rule for the message), kept
+    for :meth:`SegmentBuilder.apply` to use while nothing was written since (``stamp``:
+    :meth:`~memsif_lite.db.Database.write_stamp`), instead of reading it again."""
+
+    stamp: tuple[int, int] | None
+    message_id: int | None
+    segment: Unit | None
+    rule: str | None
+
+
+@dataclass(frozen=True)
 class PlaceDecision:
     """Where one message goes, decided with no transaction open (the judge may be an LLM), and
     the open segment's state it was decided on."""
@@ -82,6 +103,14 @@ class PlaceDecision:
     open_n: int
     decision: str            # first | merge | split | judge_merge | judge_split
     score: float | None
+    seen: Seen | None = field(default=None, compare=False, repr=False)
+
+
+class Placed(NamedTuple):
+    """What :meth:`SegmentBuilder.apply` did: the segment the message went to, the one it closed."""
+
+    segment_id: int
+    closed: int | None
 
 
 class SegmentBuilder:
@@ -96,14 +125,17 @@ class SegmentBuilder:
         self.gap_s, self.burst_s = gap_s, burst_s
 
     def decide(self, vec: np.ndarray, ents: list[str], at: str, line: str,
-               message_id: int | None = None) -> PlaceDecision:
+               message_id: int | None = None, message: MessageRow | None = None) -> PlaceDecision:
         """The double-threshold rule against the open segment; the judge only inside the band, and
-        not when an episode rule decides for the message (``message_id``) anyway."""
+        not when an episode rule decides for the message (``message_id``; ``message``: its row, when
+        the caller has read it) anyway."""
+        stamp = self.db.write_stamp()
         seg = self.db.structure.open_segment()
         if seg is None:
-            return PlaceDecision(None, 0, "first", None)
+            return PlaceDecision(None, 0, "first", None, Seen(stamp, message_id, None, None))
         score = phi(vec, ents, seg.centroid, seg.entities.keys(), alpha=self.alpha, levels=self.levels)
-        if message_id is not None and (rule := self._episode(message_id, seg)):
+        rule = self._episode(message_id, seg, message) if message_id is not None else None
+        if rule:
             decision = rule
         elif score >= self.tau_merge:
             decision = "merge"
@@ -111,19 +143,29 @@ class SegmentBuilder:
             decision = "split"
         else:
             gap = abs(from_stored(at) - from_stored(seg.end_at))
-            ok = self.judge.continues(segment_lines(self.db, seg.id), line, score, gap)
+            # the offline judge reads only φ and the gap: the segment's lines are not read for it
+            lines = segment_lines(self.db, seg.id) if reads_lines(self.judge) else ()
+            ok = self.judge.continues(lines, line, score, gap)
             decision = "judge_merge" if ok else "judge_split"
-        return PlaceDecision(seg.id, seg.n, decision, score)
+        seen = Seen(stamp, message_id, seg, rule) if message_id is not None else None
+        return PlaceDecision(seg.id, seg.n, decision, score, seen)
 
-    def apply(self, message_id: int, vec: np.ndarray, ents: list[str], at: str, d: PlaceDecision) -> int | None:
-        """Write a decision (inside a write transaction); returns the segment it closed, if any.
-        Raises :class:`StaleError` if the open segment changed since the decision."""
+    def apply(self, message_id: int, vec: np.ndarray, ents: list[str], at: str, d: PlaceDecision) -> Placed:
+        """Write a decision (inside a write transaction); returns the segment the message went to
+        and the one it closed, if any. Raises :class:`StaleError` if the open segment changed since
+        the decision. Decided in this transaction with nothing written since (offline, inside
+        ``add``'s), it applies what the decision read (:class:`Seen`): the same rows."""
         structure = self.db.structure
-        seg = structure.open_segment()
-        if (seg.id if seg else None) != d.open_id or (seg.n if seg else 0) != d.open_n:
-            raise StaleError("the open segment changed")
+        seen = d.seen
+        if seen is not None and seen.message_id == message_id and self.db.unchanged_since(seen.stamp):
+            seg, rule = seen.segment, seen.rule
+        else:
+            seg = structure.open_segment()
+            if (seg.id if seg else None) != d.open_id or (seg.n if seg else 0) != d.open_n:
+                raise StaleError("the open segment changed")
+            rule = self._episode(message_id, seg)
         closed = None
-        decision = self._episode(message_id, seg) or d.decision
+        decision = rule or d.decision
         if decision in ("merge", "judge_merge", ATTACH):
             assert seg is not None
             seg.add(vec, ents, at, at)
@@ -135,12 +177,14 @@ class SegmentBuilder:
                 closed = seg.id
             seg_id = structure.create_segment(vec, ents, at)
         structure.place_message(message_id, seg_id, ents, d.score, decision)
-        return closed
+        return Placed(seg_id, closed)
 
-    def _episode(self, message_id: int, seg: Unit | None) -> str | None:
-        """The episode rules (memsif_lite.episodes) for a message and the open segment: they hold
-        whatever φ or the judge decided. The open segment's last message is the one before."""
-        new = self.db.messages.get(message_id)
+    def _episode(self, message_id: int, seg: Unit | None, new: MessageRow | None = None) -> str | None:
+        """The episode rules (memsif_lite.episodes) for a message (``new``: its row, if read) and the
+        open segment: they hold whatever φ or the judge decided. The open segment's last message
+        is the one before."""
+        if new is None or new.id != message_id:
+            new = self.db.messages.get(message_id)
         if seg is None or new is None:
             return None
         last = self.db.structure.last_member(seg.id)

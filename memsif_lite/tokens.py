@@ -46,7 +46,10 @@ def _weight(token_id: int, start: int, end: int) -> int:
 def _count(enc: Any) -> int:
     # offsets are character offsets into the text (the tokenizers library's; memsif's Python
     # Unigram, used for the multilingual model's embeddings, has none and never counts)
-    return sum(_weight(i, start, end) for i, (start, end) in zip(enc.ids, enc.offsets, strict=True))
+    ids = enc.ids
+    if _UNK not in ids:  # every token weighs 1 (the offsets are not read)
+        return len(ids)
+    return sum(_weight(i, start, end) for i, (start, end) in zip(ids, enc.offsets, strict=True))
 
 
 #: texts up to this long (rendered lines, sentences, prefixes: what recurs) are counted once per

@@ -10,7 +10,7 @@ compatible iff φ ≥ ``trajectory_threshold``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from . import prompts
@@ -19,19 +19,20 @@ from .db.structure import entity_counts
 from .llm import LLM
 from .matching import phi
 from .errors import StaleError
-from .segments import label, list_segments, segment_lines
+from .segments import label, list_segments, reads_lines, segment_lines
 from .timeutil import from_stored
 from .types import Segment, Trajectory
 
 __all__ = ["TrajectoryJudge", "OfflineTrajectoryJudge", "LLMTrajectoryJudge", "TrajectoryBuilder", "TrajectoryDecision",
-           "list_trajectories"]
+           "list_trajectories", "Read"]
 
 log = logging.getLogger("memsif_lite")
 
 
 class TrajectoryJudge(Protocol):
     """Given a closed segment and its top-K candidate trajectories (best φ first), the index of
-    the one it joins, or None for a new trajectory."""
+    the one it joins, or None for a new trajectory (a judge whose ``reads_lines`` is False is given
+    no lines: :func:`~memsif_lite.segments.reads_lines`)."""
 
     def choose(self, segment_lines: Sequence[str], candidate_lines: Sequence[Sequence[str]],
                scores: Sequence[float]) -> int | None: ...
@@ -39,6 +40,8 @@ class TrajectoryJudge(Protocol):
 
 class OfflineTrajectoryJudge:
     """Deterministic: the best candidate whose φ reaches ``threshold``."""
+
+    reads_lines = False  # the scores only
 
     def __init__(self, threshold: float):
         self.threshold = threshold
@@ -69,11 +72,23 @@ class LLMTrajectoryJudge:
 
 
 @dataclass(frozen=True)
+class Read:
+    """What a linking decision read (the closed segment, the chosen trajectory), kept for
+    :meth:`TrajectoryBuilder.apply` to use while nothing was written since (``stamp``:
+    :meth:`~memsif_lite.db.Database.write_stamp`), instead of reading it again."""
+
+    stamp: tuple[int, int] | None
+    segment: Unit
+    chosen: Unit | None
+
+
+@dataclass(frozen=True)
 class TrajectoryDecision:
     """The top-K candidates ((id, message count) as seen) and the chosen one (None: a new trajectory)."""
 
     candidates: tuple[tuple[int, int], ...]
     chosen: int | None
+    read: Read | None = field(default=None, compare=False, repr=False)
 
 
 class TrajectoryBuilder:
@@ -96,25 +111,37 @@ class TrajectoryBuilder:
 
     def decide(self, segment_id: int) -> TrajectoryDecision:
         """Candidates and the judge's choice, with no transaction open (the judge may be an LLM)."""
+        stamp = self.db.write_stamp()
         seg = self.db.structure.load("segment", segment_id)
         cands = self.candidates(seg)
         choice = None
         if cands:
-            cand_lines = [self._trajectory_lines(t.id) for _, t in cands]
-            choice = self.judge.choose(segment_lines(self.db, segment_id, 8), cand_lines, [s for s, _ in cands])
-        return TrajectoryDecision(tuple((t.id, t.n) for _, t in cands),
-                                  cands[choice][1].id if choice is not None else None)
+            scores = [s for s, _ in cands]
+            if not reads_lines(self.judge):  # the offline judge reads only the scores: no lines read for it
+                choice = self.judge.choose((), (), scores)
+            else:
+                cand_lines = [self._trajectory_lines(t.id) for _, t in cands]
+                choice = self.judge.choose(segment_lines(self.db, segment_id, 8), cand_lines, scores)
+        chosen = cands[choice][1] if choice is not None else None
+        return TrajectoryDecision(tuple((t.id, t.n) for _, t in cands), chosen.id if chosen is not None else None,
+                                  Read(stamp, seg, chosen))
 
     def apply(self, segment_id: int, d: TrajectoryDecision) -> int:
         """Link the closed segment to the chosen trajectory or a new one (inside a write
-        transaction); returns its id. Raises StaleError if a candidate changed meanwhile."""
+        transaction); returns its id. Raises StaleError if a candidate changed meanwhile. Decided
+        in this transaction with nothing written since (offline, inside ``add``'s), it applies what
+        the decision read (:class:`Read`): the same rows."""
         structure = self.db.structure
-        for tid, n in d.candidates:
-            if structure.count_where_trajectory(tid) != n:
-                raise StaleError("a candidate trajectory changed")
-        seg = structure.load("segment", segment_id)
-        if d.chosen is not None:
-            traj = structure.load("trajectory", d.chosen)
+        read = d.read
+        if read is not None and read.segment.id == segment_id and self.db.unchanged_since(read.stamp):
+            seg, traj = read.segment, read.chosen
+        else:
+            for tid, n in d.candidates:
+                if structure.count_where_trajectory(tid) != n:
+                    raise StaleError("a candidate trajectory changed")
+            seg = structure.load("segment", segment_id)
+            traj = structure.load("trajectory", d.chosen) if d.chosen is not None else None
+        if traj is not None:
             traj.add(seg.vec_sum, [], seg.start_at, seg.end_at, n=seg.n)
             traj.entities.update(seg.entities)
             structure.save("trajectory", traj, n_segments=structure.segment_count(traj.id) + 1)

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .core_facts import CoreFactWriter
-from .db import Database
+from .db import Database, MessageRow
 from .llm import LLM
 from .lookahead import Lookahead
 from .partition import BLOCK_IDS
@@ -60,9 +60,10 @@ class Worker:
         self.runner = Runner(self.tools, steps)
         self.lookahead = Lookahead(self.tools, steps)
 
-    def hint(self, message_id: int, vec: np.ndarray, ents: list[str]) -> None:
-        """The vector and entities of a message just stored (saves reading them back)."""
-        self.tools.hints[message_id] = (vec, ents)
+    def hint(self, message_id: int, vec: np.ndarray, ents: list[str], row: MessageRow | None = None) -> None:
+        """The vector and entities of a message just stored, and its row as stored (saves reading
+        them back): only for steps run in the transaction that stored it."""
+        self.tools.hints[message_id] = (vec, ents, row)
 
     def run(self, *, max_steps: int | None = None, max_seconds: float | None = None,
             progress: Callable[[int], None] | None = None,
@@ -78,11 +79,12 @@ class Worker:
                     break
                 if stop is not None and stop():
                     break
+                read_at = self.db.write_stamp()  # next() reads the row it gives in this call
                 row = self.lookahead.next()
                 if row is None:
                     break
                 try:
-                    outcome = self.runner.run(row)
+                    outcome = self.runner.run(row, read_at)
                 except StaleError as e:
                     stale += 1
                     log.info("step %s %d was stale (%s); deciding again", row.kind, row.id, e)

@@ -73,6 +73,8 @@ class Database:
         self.overview = Overview(con)
         self.items = SessionItems(con)
         self.partition = PartitionRows(con, dim)
+        self._writes = 0  # write transactions begun (:meth:`write_stamp`)
+        self._writing = False
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
@@ -82,7 +84,12 @@ class Database:
             with store.write(self.con) as con:
                 for c in self.caches:
                     c.begin()
-                yield con
+                self._writes += 1
+                self._writing = True
+                try:
+                    yield con
+                finally:
+                    self._writing = False
         except BaseException:
             for c in self.caches:
                 c.rollback()
@@ -110,6 +117,19 @@ class Database:
             return
         with self.write():
             yield
+
+    def write_stamp(self) -> tuple[int, int] | None:
+        """Inside a transaction of :meth:`write`: a stamp that :meth:`unchanged_since` accepts while
+        nothing has been written since (this connection's count of rows written, ``total_changes``,
+        is the same, and no other connection can write while it holds the write lock), so what was
+        read after taking it still holds; None outside one. A step whose decision is made and
+        applied in one transaction (offline, inside ``add``'s) applies what it read when deciding
+        instead of reading it again."""
+        return (self._writes, self.con.total_changes()) if self._writing else None
+
+    def unchanged_since(self, stamp: tuple[int, int] | None) -> bool:
+        """Whether nothing was written since :meth:`write_stamp` gave ``stamp``, in the same transaction."""
+        return stamp is not None and self._writing and stamp == (self._writes, self.con.total_changes())
 
     @property
     def in_transaction(self) -> bool:

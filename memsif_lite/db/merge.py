@@ -58,6 +58,10 @@ class Tombstones(Table):
                              (local_at, local_at, h))
         return new
 
+    def any(self) -> bool:
+        """Whether any message is forgotten (an ``add`` of many asks once, not once a message)."""
+        return bool(self.con.execute("SELECT EXISTS(SELECT 1 FROM tombstones)").fetchone()[0])
+
     def discard(self, h: bytes) -> None:
         """A message added again on purpose is no longer forgotten."""
         self.con.execute("DELETE FROM tombstones WHERE hash=?", (h,))

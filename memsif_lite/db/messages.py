@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -71,9 +71,13 @@ def next_id(con: Any, table: str) -> int:
     (SQLite's own choice, max(id)+1, would give a forgotten last row's id to the next one)."""
     high = high_water(con, table)
     if high + 1 >= ID_LIMIT:
-        raise StorageCorruptError(f"the {table} ids of this file reach {high}, beyond any id memsif gives "
-                                  "(a damaged or crafted file); run `memsif check`")
+        raise _beyond(table, high)
     return high + 1
+
+
+def _beyond(table: str, high: int) -> StorageCorruptError:
+    return StorageCorruptError(f"the {table} ids of this file reach {high}, beyond any id memsif gives "
+                               "(a damaged or crafted file); run `memsif check`")
 
 
 def id_problems(con: Any) -> list[str]:
@@ -155,20 +159,32 @@ class Messages(Table):
 
     def insert(self, *, speaker: str, text: str, at: str, session: str | None, source_id: str | None,
                content_hash: bytes, created_at: str, vector: np.ndarray, utc_offset_min: int | None = None,
-               tokens: int | None = None) -> int:
+               tokens: int | None = None, code: np.ndarray | None = None, mid: int | None = None) -> int:
         """The message row (with its UTC offset and token count; learnt at ``created_at``: its record
-        time), its int8 vector and its full-text row."""
-        mid = next_id(self.con, "messages")
+        time), its int8 vector (``code``: ``quantize(vector)``, when the caller has it) and its
+        full-text row; its id is ``mid`` (from :meth:`new_ids`) or the next one."""
+        mid = next_id(self.con, "messages") if mid is None else mid
         self.con.execute(
             "INSERT INTO messages(id, speaker, text, at, session, source_id, content_hash, created_at, known_at, "
             "utc_offset_min, tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
             (mid, speaker, text, at, session, source_id, content_hash[:CONTENT_KEY], SAME_AS_KNOWN, created_at,
              utc_offset_min, count_tokens(text) if tokens is None else tokens))
-        code = quantize(vector)
+        code = quantize(vector) if code is None else code
         self.con.execute("INSERT INTO message_vec(rowid, embedding) VALUES(?, vec_int8(?))", (mid, code.tobytes()))
         self.cache.stage_add(mid, code, at)
         index_fulltext(self.con, mid, speaker, text)
         return mid
+
+    def new_ids(self) -> Iterator[int]:
+        """The ids of messages :meth:`insert` stores one after the other in one transaction, each
+        queued for its place step and nothing else written in between (``add``): each is
+        :func:`next_id`'s, the one before it plus one, without asking the file again."""
+        mid = next_id(self.con, "messages")
+        while True:
+            if mid >= ID_LIMIT:
+                raise _beyond("messages", mid - 1)
+            yield mid
+            mid += 1
 
     def vector_by_hash(self, content_hash: bytes) -> np.ndarray | None:
         """The stored vector of a message whose passage has this content hash (the file is the

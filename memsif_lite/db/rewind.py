@@ -19,6 +19,7 @@ before schema 13) cannot be rewound across; what it removed stays removed.
 from __future__ import annotations
 
 import json
+import weakref
 import zlib
 from typing import Any, Iterable
 
@@ -75,12 +76,15 @@ def malformed_record_times(con: Any) -> list[str]:
     return [f"{n} changes have a record time that is not a memsif timestamp (first: change {first})"] if n else []
 
 
+#: a 4 KiB window and a small hash: an image is short, and a big one is a list of like entries (a
+#: few µs where the defaults' 256 KiB of state took ~90); :func:`unpack` takes any window
+_PRIMED = zlib.compressobj(9, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+
+
 def pack(images: Any) -> bytes:
     """Before images (JSON-able) as stored in ``change_log.images``: compact JSON, deflated against
     :data:`_ZDICT` (a place's images: 137 bytes of JSON, about 51 stored)."""
-    # a 4 KiB window and a small hash: an image is short, and a big one is a list of like entries (a
-    # few µs where the defaults' 256 KiB of state took ~90); :func:`unpack` takes any window
-    z = zlib.compressobj(9, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+    z = _PRIMED.copy()  # the same state as a new one given the dictionary, without setting it again
     raw = json.dumps(images, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return bytes([_DEFLATE]) + z.compress(raw) + z.flush()
 
@@ -135,12 +139,12 @@ def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[A
         assert ch.old is not None
         old = list(ch.old)
         pk = [old[i] for i in pk_cols]
-        cols = _columns(con, ch.name)
         if ch.op == "UPDATE":
-            where = " AND ".join(f"{cols[i]}=?" for i in pk_cols)
-            now = con.execute(f"SELECT * FROM {ch.name} WHERE {where}", pk).fetchone()
+            cols, now = _current_row(con, ch.name, pk)
             assert now is not None  # an update's row is there when the change ends
             old = [now[i] if v is apsw.no_change else v for i, v in enumerate(old)]
+        else:
+            cols = _columns(con, ch.name)
         row = [None if cols[i] == DERIVED.get(ch.name) else _plain(v) for i, v in enumerate(old)]
         out.setdefault(ch.name, []).append([pk, row])
     moved = _moved(con)
@@ -155,7 +159,14 @@ def images(con: apsw.Connection, session: apsw.Session) -> dict[str, list[list[A
 _MESSAGE_COLUMN = {"message_units": "message_id", "fact_sources": "message_id"}
 
 
+#: the connections :func:`renumber` made ``temp.renumbered`` on (a temporary table is the
+#: connection's own): the others have none to read, and are not asked
+_RENUMBERING: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _moved(con: Any) -> dict[int, int]:
+    if con not in _RENUMBERING:
+        return {}
     if con.execute("SELECT 1 FROM sqlite_temp_master WHERE name='renumbered'").fetchone() is None:
         return {}
     return dict(con.execute("SELECT old, new FROM temp.renumbered").fetchall())
@@ -196,6 +207,7 @@ def renumber(con: Any, moved: dict[int, int]) -> None:
                    and all(_entry(e, t, _types(con, t)) is not None for e in v) else v) for t, v in d.items()}
         if new != d:
             con.execute(f"UPDATE change_log SET {IMAGE_COLUMN}=? WHERE id=?", (pack(new), cid))
+    _RENUMBERING.add(con)
     con.execute("CREATE TEMP TABLE IF NOT EXISTS renumbered(old INTEGER PRIMARY KEY, new INTEGER)")
     con.executemany("INSERT OR REPLACE INTO temp.renumbered(old, new) VALUES(?, ?)", list(moved.items()))
 
@@ -212,6 +224,33 @@ def touched(session: apsw.Session) -> dict[str, set[tuple[Any, ...]]]:
 
 def _columns(con: Any, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+
+
+#: per connection, table -> its columns as last read (:func:`_current_row` checks them against the
+#: columns of the row it reads, so a changed schema is read again, never used)
+_KNOWN_COLUMNS: weakref.WeakKeyDictionary[Any, dict[str, list[str]]] = weakref.WeakKeyDictionary()
+
+
+def _current_row(con: Any, table: str, pk: list[Any]) -> tuple[list[str], Any]:
+    """``table``'s columns and its row of primary key ``pk`` as it is now (None if there is none).
+    The columns as this connection last read them are used while the row read has the same ones;
+    else they are read again (``PRAGMA table_info`` once per table, not once per image)."""
+    known = _KNOWN_COLUMNS.setdefault(con, {})
+    cols = known.get(table)
+    if cols is not None:
+        try:
+            cur = con.execute(_by_key(table, cols), pk)
+            names = [d[0] for d in cur.description]
+        except (apsw.SQLError, apsw.ExecutionCompleteError):  # a column renamed; or no such row
+            names = None
+        if names == cols:
+            return names, cur.fetchone()
+    cols = known[table] = _columns(con, table)
+    return cols, con.execute(_by_key(table, cols), pk).fetchone()
+
+
+def _by_key(table: str, cols: list[str]) -> str:
+    return f"SELECT * FROM {table} WHERE " + " AND ".join(f"{cols[i]}=?" for i in IMAGE_TABLES[table])
 
 
 _SCALAR = (type(None), int, float, str)

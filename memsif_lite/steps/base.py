@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Generic, Iterator, TypeVar
 import numpy as np
 
 from ..core_facts import CoreFactWriter
-from ..db import Database, QueuedStep
+from ..db import Database, MessageRow, QueuedStep
 from ..db import queue
 from ..llm import LLM, Prompt
 from ..segments import SegmentBuilder
@@ -55,8 +55,9 @@ class Tools:
     trajectories: TrajectoryBuilder
     core_facts: CoreFactWriter
     llm: LLM | None
-    #: the vector and entities of messages just stored (saves reading them back)
-    hints: dict[int, tuple[np.ndarray, list[str]]] = field(default_factory=dict)
+    #: the vector, entities and (when given) row of messages just stored in the transaction the
+    #: steps run in (saves reading them back)
+    hints: dict[int, tuple[np.ndarray, list[str], MessageRow | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

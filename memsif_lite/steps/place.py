@@ -28,21 +28,20 @@ class Place(Step[Placing]):
     order = 0
 
     def decide(self, tools: Tools, row: QueuedStep) -> Placing | None:
-        msg = tools.db.messages.get(row.message_id)
+        hint = tools.hints.pop(row.message_id, None)
+        msg = hint[2] if hint is not None and hint[2] is not None else tools.db.messages.get(row.message_id)
         if msg is None:  # forgotten meanwhile
             return None
-        hint = tools.hints.pop(msg.id, None)
-        vec, ents = hint if hint is not None else (tools.db.messages.vector(msg.id), extract_entities(msg.text))
+        vec, ents = hint[:2] if hint is not None else (tools.db.messages.vector(msg.id), extract_entities(msg.text))
         if vec is None:
             return None
-        decision = tools.segments.decide(vec, ents, msg.at, passage(msg.speaker, msg.text), msg.id)
+        decision = tools.segments.decide(vec, ents, msg.at, passage(msg.speaker, msg.text), msg.id, msg)
         return Placing(msg.id, vec, ents, msg.at, decision)
 
     def apply(self, tools: Tools, row: QueuedStep, p: Placing) -> None:
         judge = tools.llm.model if tools.llm is not None and p.decision.decision.startswith("judge_") else None
         with tools.db.changes.record("place", f"llm:{judge}" if judge else "rule", messages=[p.message_id]) as change:
-            closed = tools.segments.apply(p.message_id, p.vec, p.ents, p.at, p.decision)
-            sid = tools.db.structure.segment_of_message(p.message_id)
-            change.touch("segments", [sid] if sid is not None else [])
+            sid, closed = tools.segments.apply(p.message_id, p.vec, p.ents, p.at, p.decision)
+            change.touch("segments", [sid])
         if closed is not None:
             tools.db.queue.push(StepKind.CLOSE, p.message_id, now_stored(), segment_id=closed)

@@ -22,8 +22,10 @@ class Runner:
     def __init__(self, tools: Tools, steps: Registry):
         self.tools, self.steps = tools, steps
 
-    def run(self, row: QueuedStep) -> Outcome:
-        """Run one queued step; raises StaleError (nothing written) when its decision went stale."""
+    def run(self, row: QueuedStep, read_at: tuple[int, int] | None = None) -> Outcome:
+        """Run one queued step; raises StaleError (nothing written) when its decision went stale.
+        ``read_at``: :meth:`~memsif_lite.db.Database.write_stamp` taken before ``row`` was read from
+        the queue: while nothing was written since, the row is known to be queued still."""
         db = self.tools.db
         step = self.steps.get(row.kind) if isinstance(row.kind, str) else None
         why = f"unknown step kind {str(row.kind)[:40]!r}" if step is None else step.problem(row.segment_id, row.payload)
@@ -33,7 +35,7 @@ class Runner:
             return Outcome.SET_ASIDE
         decision = step.decide(self.tools, row)
         with db.write_or_join():
-            if not db.queue.exists(row):
+            if not db.unchanged_since(read_at) and not db.queue.exists(row):
                 return Outcome.ALREADY_APPLIED
             if decision is not None:
                 step.apply(self.tools, row, decision)
