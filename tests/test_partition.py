@@ -257,6 +257,37 @@ def test_the_cache_loads_vec0_chunks_as_vec0_reads_its_rows(filled, monkeypatch)
         assert cache.search(query(i), 10) == exact(filled, query(i), 10)
 
 
+def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeypatch):
+    """``context`` on a file past MIN_ROWS: the segment and trajectory rankings (their caches
+    scanned, no SQL) run in the caller's thread while the BM25 query still runs in the second one,
+    not after it, and the context is the one of the serial path."""
+    from memsif_lite.retrieval import Retriever
+    ask = "t5w0 t5w2 x35 Ana"
+    filled.context(ask, budget_tokens=300)  # loads the caches
+    monkeypatch.setattr(partition, "MIN_ROWS", 10**9)
+    serial = filled.context(ask, budget_tokens=300).text
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+    scanned = {"segment_vec": threading.Event(), "trajectory_vec": threading.Event()}
+    during: dict[str, bool] = {}
+    serial_bm25, serial_search = Retriever.bm25, VectorCache.search
+
+    def bm25(self, *a, **k):
+        for e in scanned.values():  # the BM25 side waits for the unit scans (in vain when they come after it)
+            e.wait(timeout=3)
+        during.update({t: e.is_set() for t, e in scanned.items()})
+        return serial_bm25(self, *a, **k)
+
+    def search(self, *a, **k):
+        if self.table in scanned:
+            scanned[self.table].set()
+        return serial_search(self, *a, **k)
+
+    monkeypatch.setattr(Retriever, "bm25", bm25)
+    monkeypatch.setattr(VectorCache, "search", search)
+    assert filled.context(ask, budget_tokens=300).text == serial
+    assert during == {"segment_vec": True, "trajectory_vec": True}
+
+
 def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other(filled, monkeypatch):
     """On a file past MIN_ROWS the BM25 query runs in a second thread while the cached rows are
     scored (``Messages.nearest_beside``): searches and contexts are the same as run serially, and
@@ -288,4 +319,4 @@ def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other
     with db.read():
         with pytest.raises(apsw.SQLError, match="BM25 side"):
             db.messages.nearest_beside(query(3), 10, boom)
-        assert db.messages.nearest_beside(query(3), 10, lambda: 7) == (db.messages.nearest(query(3), 10), 7)
+        assert db.messages.nearest_beside(query(3), 10, lambda: 7) == (db.messages.nearest(query(3), 10), 7, [])

@@ -20,8 +20,8 @@ from .base import Table, bump_counter
 from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
 
-__all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
-           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
+__all__ = ["Messages", "cached_search", "cache_ready", "index_fulltext", "unindex_fulltext", "next_id", "retire_id",
+           "high_water", "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
            "SHORTEN_CONTENT_KEYS"]
 
 T = TypeVar("T")
@@ -103,10 +103,10 @@ def cached_search(con: Any, cache: VectorCache, qvec: np.ndarray, depth: int,
     """``cache.search`` once the cache is brought up to the caller's read snapshot (one is begun
     here when none is open), or None when it cannot answer (turned off, or unable to apply
     ``allowed`` exactly): the caller asks vec0, which gives the same ranking."""
-    return cache.search(qvec, depth, allowed) if _cache_ready(con, cache, allowed) else None
+    return cache.search(qvec, depth, allowed) if cache_ready(con, cache, allowed) else None
 
 
-def _cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) -> bool:
+def cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) -> bool:
     """Whether ``cache`` can answer a search (among ``allowed``) once brought up to the caller's
     read snapshot (one is begun here when none is open): :func:`cached_search`'s first half."""
     if not cache.usable():
@@ -209,18 +209,19 @@ class Messages(Table):
         given; None when the cache cannot answer (the caller asks vec0)."""
         return cached_search(self.con, self.cache, qvec, depth, allowed)
 
-    def nearest_beside(self, qvec: np.ndarray, depth: int, beside: Callable[[], T]
-                       ) -> tuple[list[tuple[int, float]], T]:
-        """``(self.nearest(qvec, depth), beside())``, the two overlapped on a large file: once the
-        cache holds :data:`~memsif_lite.partition.MIN_ROWS` rows and is brought up to the read
-        snapshot the caller holds, ``beside`` (the BM25 query: its own SQL) runs in a second
-        thread while this one scores the cached rows (no SQL; SQLite and numpy's products run
-        without the GIL), so on two cores the slower of the two sets the time, not their sum.
-        The results are those of running them one after the other; an error in either is raised
-        here, after both have ended."""
+    def nearest_beside(self, qvec: np.ndarray, depth: int, beside: Callable[[], T],
+                       also: Sequence[Callable[[], Any]] = ()) -> tuple[list[tuple[int, float]], T, list[Any]]:
+        """``(self.nearest(qvec, depth), beside(), [f() for f in also])``, overlapped on a large file:
+        once the cache holds :data:`~memsif_lite.partition.MIN_ROWS` rows and is brought up to the
+        read snapshot the caller holds, ``beside`` (the BM25 query: its own SQL) runs in a second
+        thread while this one scores the cached rows and then runs ``also`` (other rankings that
+        read no SQL: unit caches already brought to the snapshot, ``Structure.prepared_dense``;
+        SQLite and numpy's products run without the GIL), so on two cores the slower of the two
+        threads sets the time, not their sum. The results are those of running everything one
+        after the other; an error in either thread is raised here, after both have ended."""
         cache = self.cache
-        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not _cache_ready(self.con, cache):
-            return self.nearest(qvec, depth), beside()
+        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not cache_ready(self.con, cache):
+            return self.nearest(qvec, depth), beside(), [f() for f in also]
         done: list[Any] = []
 
         def run() -> None:
@@ -233,12 +234,13 @@ class Messages(Table):
         worker.start()
         try:
             hits = cache.search(qvec, depth)
+            more = [f() for f in also]
         finally:
             worker.join()
         value, error = done[0]
         if error is not None:
             raise error
-        return hits, value
+        return hits, value, more
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]
