@@ -257,6 +257,33 @@ def test_the_cache_loads_vec0_chunks_as_vec0_reads_its_rows(filled, monkeypatch)
         assert cache.search(query(i), 10) == exact(filled, query(i), 10)
 
 
+def test_the_second_thread_is_kept_between_queries(filled):
+    """The BM25 side of ``nearest_beside`` runs on a thread kept between queries (not one started
+    per query, which costs the caller the wait until it is scheduled); an error on it is raised in
+    the caller's thread and leaves it usable."""
+    asks = [f"t{i}w0 t{i}w2 Ana" for i in range(0, TOPICS, 3)]
+    filled.search(asks[0])  # loads the cache (serially)
+    filled.search(asks[0])
+
+    def beside_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "memsif-beside"]
+    kept = beside_threads()
+    assert len(kept) == 1
+    for q in asks:
+        filled.search(q, k=10)
+        filled.context(q, budget_tokens=300)
+    db = filled._db
+
+    def boom() -> list[int]:
+        raise apsw.SQLError("the BM25 side failed")
+
+    with db.read():
+        with pytest.raises(apsw.SQLError, match="BM25 side"):
+            db.messages.nearest_beside(query(3), 10, boom)
+        assert db.messages.nearest_beside(query(3), 10, lambda: 7)[1] == 7
+    assert beside_threads() == kept
+
+
 def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeypatch):
     """``context`` on a file past MIN_ROWS: the segment and trajectory rankings (their caches
     scanned, no SQL) run in the caller's thread while the BM25 query still runs in the second one,

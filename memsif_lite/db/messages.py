@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -120,6 +122,56 @@ def cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) ->
     return cache.usable(allowed)
 
 
+class _Job:
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn, self.done = fn, threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as e:  # raised in the caller's thread (Messages.nearest_beside)
+            self.error = e
+
+
+class _Beside:
+    """The threads that run :meth:`Messages.nearest_beside`'s second half, kept between queries (a
+    thread started per query made the caller wait until the new thread was scheduled: 3-10 ms a
+    query on the 2-core sandbox under load, 2026-12-02): an idle one takes the job, else a new one
+    is started (memories queried at once in several threads get one each). A forked child starts
+    its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._idle: list[queue.SimpleQueue[_Job]] = []
+
+    def submit(self, fn: Callable[[], Any]) -> _Job:
+        job = _Job(fn)
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._idle = os.getpid(), []
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._loop, args=(jobs, os.getpid()), name="memsif-beside", daemon=True).start()
+        jobs.put(job)
+        return job
+
+    def _loop(self, jobs: queue.SimpleQueue[_Job], pid: int) -> None:
+        while True:
+            job = jobs.get()
+            job.run()
+            with self._lock:  # idle again before the caller hears of it: its next job finds this thread
+                if self._pid == pid:
+                    self._idle.append(jobs)
+            job.done.set()
+
+
+_BESIDE = _Beside()
+
+
 def _row(r: tuple) -> MessageRow:
     return MessageRow(*r)  # the columns of _COLS, in MessageRow's order
 
@@ -222,25 +274,15 @@ class Messages(Table):
         cache = self.cache
         if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not cache_ready(self.con, cache):
             return self.nearest(qvec, depth), beside(), [f() for f in also]
-        done: list[Any] = []
-
-        def run() -> None:
-            try:
-                done.append((beside(), None))
-            except BaseException as e:  # raised in the caller's thread below
-                done.append((None, e))
-
-        worker = threading.Thread(target=run, name="memsif-beside", daemon=True)
-        worker.start()
+        job = _BESIDE.submit(beside)
         try:
             hits = cache.search(qvec, depth)
             more = [f() for f in also]
         finally:
-            worker.join()
-        value, error = done[0]
-        if error is not None:
-            raise error
-        return hits, value, more
+            job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return hits, job.value, more
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]
