@@ -315,6 +315,34 @@ def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeyp
     assert during == {"segment_vec": True, "trajectory_vec": True}
 
 
+def test_the_second_thread_takes_the_unit_scans_when_it_is_free_first(filled, monkeypatch):
+    """While the caller's thread still scores the message cache, the second thread, done with its
+    BM25 query, takes the segment and trajectory scans; the context is the serial one."""
+    ask = "t7w1 t7w3 x49 Ben"
+    filled.context(ask, budget_tokens=300)  # loads the caches
+    monkeypatch.setattr(partition, "MIN_ROWS", 10**9)
+    serial = filled.context(ask, budget_tokens=300).text
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+    units = ("segment_vec", "trajectory_vec")
+    scanned = {t: threading.Event() for t in units}
+    where: dict[str, str] = {}
+    serial_search = VectorCache.search
+
+    def search(self, *a, **k):
+        if self.table == "message_vec":  # the caller's thread: slow, until the units are scanned (or 3 s)
+            for e in scanned.values():
+                e.wait(timeout=3)
+        got = serial_search(self, *a, **k)
+        if self.table in scanned:
+            where[self.table] = threading.current_thread().name
+            scanned[self.table].set()
+        return got
+
+    monkeypatch.setattr(VectorCache, "search", search)
+    assert filled.context(ask, budget_tokens=300).text == serial
+    assert where == {t: "memsif-beside" for t in units}
+
+
 def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other(filled, monkeypatch):
     """On a file past MIN_ROWS the BM25 query runs in a second thread while the cached rows are
     scored (``Messages.nearest_beside``): searches and contexts are the same as run serially, and

@@ -135,6 +135,37 @@ class _Job:
             self.error = e
 
 
+class _Tasks:
+    """Functions that two threads share out: each takes the next one not yet taken until none is
+    left; each runs once."""
+
+    def __init__(self, fns: Sequence[Callable[[], Any]]):
+        self._fns = list(fns)
+        self._out: list[Any] = [None] * len(self._fns)
+        self._errors: list[BaseException | None] = [None] * len(self._fns)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def work(self) -> None:
+        while True:
+            with self._lock:
+                i = self._next
+                if i >= len(self._fns):
+                    return
+                self._next += 1
+            try:
+                self._out[i] = self._fns[i]()
+            except BaseException as e:  # raised in the caller's thread (results)
+                self._errors[i] = e
+
+    def results(self) -> list[Any]:
+        """What each function returned, in order (once both threads are done); its error if one raised."""
+        for e in self._errors:
+            if e is not None:
+                raise e
+        return self._out
+
+
 class _Beside:
     """The threads that run :meth:`Messages.nearest_beside`'s second half, kept between queries (a
     thread started per query made the caller wait until the new thread was scheduled: 3-10 ms a
@@ -266,23 +297,32 @@ class Messages(Table):
         """``(self.nearest(qvec, depth), beside(), [f() for f in also])``, overlapped on a large file:
         once the cache holds :data:`~memsif_lite.partition.MIN_ROWS` rows and is brought up to the
         read snapshot the caller holds, ``beside`` (the BM25 query: its own SQL) runs in a second
-        thread while this one scores the cached rows and then runs ``also`` (other rankings that
-        read no SQL: unit caches already brought to the snapshot, ``Structure.prepared_dense``;
-        SQLite and numpy's products run without the GIL), so on two cores the slower of the two
-        threads sets the time, not their sum. The results are those of running everything one
-        after the other; an error in either thread is raised here, after both have ended."""
+        thread while this one scores the cached rows; ``also`` (other rankings that read no SQL:
+        unit caches already brought to the snapshot, ``Structure.prepared_dense``) are taken one by
+        one by whichever thread is free first. SQLite and numpy's products run without the GIL, so
+        on two cores the slower of the two threads sets the time, not the sum. The results are
+        those of running everything one after the other; an error in either thread is raised
+        here, after both have ended."""
         cache = self.cache
         if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not cache_ready(self.con, cache):
             return self.nearest(qvec, depth), beside(), [f() for f in also]
-        job = _BESIDE.submit(beside)
+        rest = _Tasks(also)
+
+        def second() -> T:
+            try:
+                return beside()
+            finally:
+                rest.work()
+
+        job = _BESIDE.submit(second)
         try:
             hits = cache.search(qvec, depth)
-            more = [f() for f in also]
+            rest.work()
         finally:
             job.done.wait()
         if job.error is not None:
             raise job.error
-        return hits, job.value, more
+        return hits, job.value, rest.results()
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]
