@@ -315,6 +315,18 @@ def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeyp
     assert during == {"segment_vec": True, "trajectory_vec": True}
 
 
+def test_a_prepared_unit_scan_is_the_dense_ranking_and_only_inside_a_snapshot(filled):
+    """``Structure.prepared_dense``: outside a read snapshot none (the two steps would read two
+    states of the file); inside one, the same ranking as ``Structure.dense``."""
+    db = filled._db
+    for level in ("segment", "trajectory"):
+        assert db.structure.prepared_dense(level, query(2), 8) is None
+        with db.read():
+            for i in range(0, TOPICS, 6):
+                scan = db.structure.prepared_dense(level, query(i), 8)
+                assert scan is not None and scan() == db.structure.dense(level, query(i), 8)
+
+
 def test_the_second_thread_takes_the_unit_scans_when_it_is_free_first(filled, monkeypatch):
     """While the caller's thread still scores the message cache, the second thread, done with its
     BM25 query, takes the segment and trajectory scans; the context is the serial one."""
