@@ -198,6 +198,7 @@ class _Beside:
                 if self._pid == pid:
                     self._idle.append(jobs)
             job.done.set()
+            del job  # an idle thread holds nothing of the memory it last served
 
 
 _BESIDE = _Beside()
