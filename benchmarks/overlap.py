@@ -31,7 +31,8 @@ def main(path: str, n: int = 60) -> None:
         for rnd in range(2):
             for mode in ("overlap", "serial"):
                 if mode == "serial":
-                    messages.nearest_beside = lambda qv, d, f: (messages.nearest(qv, d), f())
+                    messages.nearest_beside = lambda qv, d, f, also=(): (messages.nearest(qv, d), f(),
+                                                                         [g() for g in also])
                 else:
                     messages.__dict__.pop("nearest_beside", None)
                 wall: dict[str, list[float]] = {"context": [], "search": []}

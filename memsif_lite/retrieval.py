@@ -4,7 +4,7 @@ at the level of messages, Topical Segments or Event Trajectories."""
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -128,10 +128,19 @@ class Retriever:
     def fused(self, qvec: np.ndarray, query: str, depth: int, flt: MessageFilter | None = None) -> dict[int, float]:
         """The RRF of the dense and BM25 rankings (unfiltered on a large file: the two overlapped,
         :meth:`~memsif_lite.db.Messages.nearest_beside`)."""
+        return self._fused(qvec, query, depth, flt)[0]
+
+    def _fused(self, qvec: np.ndarray, query: str, depth: int, flt: MessageFilter | None,
+               units: Sequence[tuple[str, int]] = ()) -> tuple[dict[int, float], dict[str, list[int]]]:
+        """:meth:`fused`, and the dense ranking of each ``(level, depth)`` of ``units``, unfiltered,
+        scanned while the BM25 query runs when the two are overlapped (with a filter: none)."""
         if flt is not None:
-            return rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt))
-        hits, words = self.db.messages.nearest_beside(qvec, depth, lambda: self.bm25(query, depth))
-        return rrf([m for m, _ in hits], words)
+            return rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt)), {}
+        prepared = {lv: self.db.structure.prepared_dense(lv, qvec, d) for lv, d in units}
+        ready = [(lv, f) for lv, f in prepared.items() if f is not None]
+        hits, words, ranked = self.db.messages.nearest_beside(qvec, depth, lambda: self.bm25(query, depth),
+                                                              [f for _, f in ready])
+        return rrf([m for m, _ in hits], words), {lv: r for (lv, _), r in zip(ready, ranked, strict=True)}
 
     def _unit_dense(self, level: str, qvec: np.ndarray, depth: int, flt: MessageFilter | None) -> list[int]:
         if flt is None:
@@ -176,10 +185,12 @@ class Retriever:
         ranked, only units holding one are considered, and only their matching members are added.
         """
         qvec = self.embed_query(query)
-        msg_scores = self.fused(qvec, query, depth, flt)
-        total: dict[int, float] = dict(msg_scores)
         levels = [(lv, w) for lv, w in (("segment", self.segment_weight), ("trajectory", self.trajectory_weight))
                   if w > 0]
+        unit_depth = max(self.top_units * 4, 32)
+        units = [(lv, unit_depth) for lv, _ in levels] if self.top_units > 0 else []
+        msg_scores, unit_dense = self._fused(qvec, query, depth, flt, units)  # units scanned beside BM25
+        total: dict[int, float] = dict(msg_scores)
         if not levels or self.top_units <= 0:
             return top_scored(total, limit)
         found: list[dict[str, dict[int, int]]] = []  # units_of every ranked message, once asked
@@ -192,7 +203,7 @@ class Retriever:
         by_member = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores, UNIT_PREFIX)])
         whole = len(msg_scores) <= UNIT_PREFIX
         for level, weight in levels:
-            dense = self._unit_dense(level, qvec, max(self.top_units * 4, 32), flt)
+            dense = unit_dense[level] if level in unit_dense else self._unit_dense(level, qvec, unit_depth, flt)
             top = top_units(dense, by_member[level], self.top_units, complete=whole)
             if top is None:  # the units of the first messages cannot decide: look up all
                 by_member = self.db.structure.units_by_best_member([m for m, _ in top_scored(msg_scores)],

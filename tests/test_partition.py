@@ -257,6 +257,104 @@ def test_the_cache_loads_vec0_chunks_as_vec0_reads_its_rows(filled, monkeypatch)
         assert cache.search(query(i), 10) == exact(filled, query(i), 10)
 
 
+def test_the_second_thread_is_kept_between_queries(filled):
+    """The BM25 side of ``nearest_beside`` runs on a thread kept between queries (not one started
+    per query, which costs the caller the wait until it is scheduled); an error on it is raised in
+    the caller's thread and leaves it usable."""
+    asks = [f"t{i}w0 t{i}w2 Ana" for i in range(0, TOPICS, 3)]
+    filled.search(asks[0])  # loads the cache (serially)
+    filled.search(asks[0])
+
+    def beside_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "memsif-beside"]
+    kept = beside_threads()
+    assert len(kept) == 1
+    for q in asks:
+        filled.search(q, k=10)
+        filled.context(q, budget_tokens=300)
+    db = filled._db
+
+    def boom() -> list[int]:
+        raise apsw.SQLError("the BM25 side failed")
+
+    with db.read():
+        with pytest.raises(apsw.SQLError, match="BM25 side"):
+            db.messages.nearest_beside(query(3), 10, boom)
+        assert db.messages.nearest_beside(query(3), 10, lambda: 7)[1] == 7
+    assert beside_threads() == kept
+
+
+def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeypatch):
+    """``context`` on a file past MIN_ROWS: the segment and trajectory rankings (their caches
+    scanned, no SQL) run in the caller's thread while the BM25 query still runs in the second one,
+    not after it, and the context is the one of the serial path."""
+    from memsif_lite.retrieval import Retriever
+    ask = "t5w0 t5w2 x35 Ana"
+    filled.context(ask, budget_tokens=300)  # loads the caches
+    monkeypatch.setattr(partition, "MIN_ROWS", 10**9)
+    serial = filled.context(ask, budget_tokens=300).text
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+    scanned = {"segment_vec": threading.Event(), "trajectory_vec": threading.Event()}
+    during: dict[str, bool] = {}
+    serial_bm25, serial_search = Retriever.bm25, VectorCache.search
+
+    def bm25(self, *a, **k):
+        for e in scanned.values():  # the BM25 side waits for the unit scans (in vain when they come after it)
+            e.wait(timeout=3)
+        during.update({t: e.is_set() for t, e in scanned.items()})
+        return serial_bm25(self, *a, **k)
+
+    def search(self, *a, **k):
+        if self.table in scanned:
+            scanned[self.table].set()
+        return serial_search(self, *a, **k)
+
+    monkeypatch.setattr(Retriever, "bm25", bm25)
+    monkeypatch.setattr(VectorCache, "search", search)
+    assert filled.context(ask, budget_tokens=300).text == serial
+    assert during == {"segment_vec": True, "trajectory_vec": True}
+
+
+def test_a_prepared_unit_scan_is_the_dense_ranking_and_only_inside_a_snapshot(filled):
+    """``Structure.prepared_dense``: outside a read snapshot none (the two steps would read two
+    states of the file); inside one, the same ranking as ``Structure.dense``."""
+    db = filled._db
+    for level in ("segment", "trajectory"):
+        assert db.structure.prepared_dense(level, query(2), 8) is None
+        with db.read():
+            for i in range(0, TOPICS, 6):
+                scan = db.structure.prepared_dense(level, query(i), 8)
+                assert scan is not None and scan() == db.structure.dense(level, query(i), 8)
+
+
+def test_the_second_thread_takes_the_unit_scans_when_it_is_free_first(filled, monkeypatch):
+    """While the caller's thread still scores the message cache, the second thread, done with its
+    BM25 query, takes the segment and trajectory scans; the context is the serial one."""
+    ask = "t7w1 t7w3 x49 Ben"
+    filled.context(ask, budget_tokens=300)  # loads the caches
+    monkeypatch.setattr(partition, "MIN_ROWS", 10**9)
+    serial = filled.context(ask, budget_tokens=300).text
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+    units = ("segment_vec", "trajectory_vec")
+    scanned = {t: threading.Event() for t in units}
+    where: dict[str, str] = {}
+    serial_search = VectorCache.search
+
+    def search(self, *a, **k):
+        if self.table == "message_vec":  # the caller's thread: slow, until the units are scanned (or 3 s)
+            for e in scanned.values():
+                e.wait(timeout=3)
+        got = serial_search(self, *a, **k)
+        if self.table in scanned:
+            where[self.table] = threading.current_thread().name
+            scanned[self.table].set()
+        return got
+
+    monkeypatch.setattr(VectorCache, "search", search)
+    assert filled.context(ask, budget_tokens=300).text == serial
+    assert where == {t: "memsif-beside" for t in units}
+
+
 def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other(filled, monkeypatch):
     """On a file past MIN_ROWS the BM25 query runs in a second thread while the cached rows are
     scored (``Messages.nearest_beside``): searches and contexts are the same as run serially, and
@@ -288,4 +386,4 @@ def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other
     with db.read():
         with pytest.raises(apsw.SQLError, match="BM25 side"):
             db.messages.nearest_beside(query(3), 10, boom)
-        assert db.messages.nearest_beside(query(3), 10, lambda: 7) == (db.messages.nearest(query(3), 10), 7)
+        assert db.messages.nearest_beside(query(3), 10, lambda: 7) == (db.messages.nearest(query(3), 10), 7, [])

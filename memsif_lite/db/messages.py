@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -20,8 +22,8 @@ from .base import Table, bump_counter
 from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
 
-__all__ = ["Messages", "cached_search", "index_fulltext", "unindex_fulltext", "next_id", "retire_id", "high_water",
-           "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
+__all__ = ["Messages", "cached_search", "cache_ready", "index_fulltext", "unindex_fulltext", "next_id", "retire_id",
+           "high_water", "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
            "SHORTEN_CONTENT_KEYS", "CREATED_AT", "created_at_of", "SAME_AS_KNOWN"]
 
 T = TypeVar("T")
@@ -126,10 +128,10 @@ def cached_search(con: Any, cache: VectorCache, qvec: np.ndarray, depth: int,
     """``cache.search`` once the cache is brought up to the caller's read snapshot (one is begun
     here when none is open), or None when it cannot answer (turned off, or unable to apply
     ``allowed`` exactly): the caller asks vec0, which gives the same ranking."""
-    return cache.search(qvec, depth, allowed) if _cache_ready(con, cache, allowed) else None
+    return cache.search(qvec, depth, allowed) if cache_ready(con, cache, allowed) else None
 
 
-def _cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) -> bool:
+def cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) -> bool:
     """Whether ``cache`` can answer a search (among ``allowed``) once brought up to the caller's
     read snapshot (one is begun here when none is open): :func:`cached_search`'s first half."""
     if not cache.usable():
@@ -141,6 +143,88 @@ def _cache_ready(con: Any, cache: VectorCache, allowed: Allowed | None = None) -
     else:
         cache.sync(times=times)
     return cache.usable(allowed)
+
+
+class _Job:
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn, self.done = fn, threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as e:  # raised in the caller's thread (Messages.nearest_beside)
+            self.error = e
+
+
+class _Tasks:
+    """Functions that two threads share out: each takes the next one not yet taken until none is
+    left; each runs once."""
+
+    def __init__(self, fns: Sequence[Callable[[], Any]]):
+        self._fns = list(fns)
+        self._out: list[Any] = [None] * len(self._fns)
+        self._errors: list[BaseException | None] = [None] * len(self._fns)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def work(self) -> None:
+        while True:
+            with self._lock:
+                i = self._next
+                if i >= len(self._fns):
+                    return
+                self._next += 1
+            try:
+                self._out[i] = self._fns[i]()
+            except BaseException as e:  # raised in the caller's thread (results)
+                self._errors[i] = e
+
+    def results(self) -> list[Any]:
+        """What each function returned, in order (once both threads are done); its error if one raised."""
+        for e in self._errors:
+            if e is not None:
+                raise e
+        return self._out
+
+
+class _Beside:
+    """The threads that run :meth:`Messages.nearest_beside`'s second half, kept between queries (a
+    thread started per query made the caller wait until the new thread was scheduled: 3-10 ms a
+    query on the 2-core sandbox under load, 2026-12-02): an idle one takes the job, else a new one
+    is started (memories queried at once in several threads get one each). A forked child starts
+    its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._idle: list[queue.SimpleQueue[_Job]] = []
+
+    def submit(self, fn: Callable[[], Any]) -> _Job:
+        job = _Job(fn)
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._idle = os.getpid(), []
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._loop, args=(jobs, os.getpid()), name="memsif-beside", daemon=True).start()
+        jobs.put(job)
+        return job
+
+    def _loop(self, jobs: queue.SimpleQueue[_Job], pid: int) -> None:
+        while True:
+            job = jobs.get()
+            job.run()
+            with self._lock:  # idle again before the caller hears of it: its next job finds this thread
+                if self._pid == pid:
+                    self._idle.append(jobs)
+            job.done.set()
+            del job  # an idle thread holds nothing of the memory it last served
+
+
+_BESIDE = _Beside()
 
 
 def _row(r: tuple) -> MessageRow:
@@ -244,36 +328,37 @@ class Messages(Table):
         given; None when the cache cannot answer (the caller asks vec0)."""
         return cached_search(self.con, self.cache, qvec, depth, allowed)
 
-    def nearest_beside(self, qvec: np.ndarray, depth: int, beside: Callable[[], T]
-                       ) -> tuple[list[tuple[int, float]], T]:
-        """``(self.nearest(qvec, depth), beside())``, the two overlapped on a large file: once the
-        cache holds :data:`~memsif_lite.partition.MIN_ROWS` rows and is brought up to the read
-        snapshot the caller holds, ``beside`` (the BM25 query: its own SQL) runs in a second
-        thread while this one scores the cached rows (no SQL; SQLite and numpy's products run
-        without the GIL), so on two cores the slower of the two sets the time, not their sum.
-        The results are those of running them one after the other; an error in either is raised
+    def nearest_beside(self, qvec: np.ndarray, depth: int, beside: Callable[[], T],
+                       also: Sequence[Callable[[], Any]] = ()) -> tuple[list[tuple[int, float]], T, list[Any]]:
+        """``(self.nearest(qvec, depth), beside(), [f() for f in also])``, overlapped on a large file:
+        once the cache holds :data:`~memsif_lite.partition.MIN_ROWS` rows and is brought up to the
+        read snapshot the caller holds, ``beside`` (the BM25 query: its own SQL) runs in a second
+        thread while this one scores the cached rows; ``also`` (other rankings that read no SQL:
+        unit caches already brought to the snapshot, ``Structure.prepared_dense``) are taken one by
+        one by whichever thread is free first. SQLite and numpy's products run without the GIL, so
+        on two cores the slower of the two threads sets the time, not the sum. The results are
+        those of running everything one after the other; an error in either thread is raised
         here, after both have ended."""
         cache = self.cache
-        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not _cache_ready(self.con, cache):
-            return self.nearest(qvec, depth), beside()
-        done: list[Any] = []
+        if self.con.get_autocommit() or cache.size < partition.MIN_ROWS or not cache_ready(self.con, cache):
+            return self.nearest(qvec, depth), beside(), [f() for f in also]
+        rest = _Tasks(also)
 
-        def run() -> None:
+        def second() -> T:
             try:
-                done.append((beside(), None))
-            except BaseException as e:  # raised in the caller's thread below
-                done.append((None, e))
+                return beside()
+            finally:
+                rest.work()
 
-        worker = threading.Thread(target=run, name="memsif-beside", daemon=True)
-        worker.start()
+        job = _BESIDE.submit(second)
         try:
             hits = cache.search(qvec, depth)
+            rest.work()
         finally:
-            worker.join()
-        value, error = done[0]
-        if error is not None:
-            raise error
-        return hits, value
+            job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return hits, job.value, rest.results()
 
     def dense(self, qvec: np.ndarray, depth: int) -> list[int]:
         return [m for m, _ in self.nearest(qvec, depth)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from ..int8 import quantize
 from ..timeutil import is_stored
 from .base import Table
 from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
-from .messages import cached_search
+from .messages import cache_ready, cached_search
 from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Structure", "UNIT_TABLES", "NO_SUM", "STOW_SUMS", "SEGMENT_SUM", "NO_COUNTS", "DROP_COUNTS",
@@ -203,6 +203,17 @@ class Structure(Table):
         None when it cannot answer."""
         hits = cached_search(self.con, self.caches[level], qvec, depth, allowed)
         return None if hits is None else [u for u, _ in hits]
+
+    def prepared_dense(self, level: str, qvec: np.ndarray, depth: int) -> Callable[[], list[int]] | None:
+        """:meth:`dense` in two steps: the cache is brought up to the caller's read snapshot now
+        (SQL), and the returned function ranks it later without SQL (so it may run while another
+        thread uses the connection: ``Messages.nearest_beside``); the same ranking, provided
+        nothing is written in between. None outside a read snapshot (the two steps would see
+        different states of the file) or when the cache cannot answer: ask :meth:`dense`."""
+        cache = self.caches[level]
+        if self.con.get_autocommit() or not cache_ready(self.con, cache):
+            return None
+        return lambda: [u for u, _ in cache.search(qvec, depth)]
 
     # -- segments ------------------------------------------------------------------------------
     def open_segment(self) -> Unit | None:

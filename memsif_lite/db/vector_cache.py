@@ -429,19 +429,14 @@ class VectorCache:
         given); ``qf``: the quantised query as float32. Dot products of int8 codes are exact
         integers in float32, whichever rows share a block: a subset ranks exactly as it does
         within the whole."""
-        if isinstance(rows, list):  # runs: each read as contiguous blocks, no gather
+        if isinstance(rows, list):  # runs: read as they lie, packed into full blocks, no gather
             runs = [(a, b) for a, b in rows if b > a]
-            rows = np.concatenate([np.arange(a, b) for a, b in runs]) if runs else np.empty(0, np.int64)
-            dots = np.empty(len(rows), dtype=np.float32)
-            at = 0
-            for a, b in runs:
-                for s in range(a, b, BLOCK):
-                    e = min(s + BLOCK, b)
-                    m = self._scratch[:e - s]
-                    np.copyto(m, self._codes[s:e], casting="unsafe")
-                    dots[at:at + e - s] = m @ qf
-                    at += e - s
-            return self._ranked(dots, rows, qf, k)
+            if k <= 0 or not runs:
+                return []
+            dots = self._run_dots(runs, qf)
+            sq = np.concatenate([self._sq[a:b] for a, b in runs])
+            ids = np.concatenate([self._ids[a:b] for a, b in runs])
+            return self._ranked(dots, sq, ids, qf, k)
         n = self._n if rows is None else len(rows)
         if k <= 0 or n == 0:
             return []
@@ -451,17 +446,37 @@ class VectorCache:
             m = self._scratch[:e - s]
             np.copyto(m, self._codes[s:e] if rows is None else self._codes[rows[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
-        return self._ranked(dots, rows, qf, k)
+        if rows is None:
+            return self._ranked(dots, self._sq[:n], self._ids[:n], qf, k)
+        return self._ranked(dots, self._sq[rows], self._ids[rows], qf, k)
 
-    def _ranked(self, dots: np.ndarray, rows: np.ndarray | None, qf: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The ``k`` nearest of the rows whose dot products with ``qf`` are ``dots`` (positions
-        ``rows``, or the first ``len(dots)``), nearest first, ties by id."""
+    def _run_dots(self, runs: list[tuple[int, int]], qf: np.ndarray) -> np.ndarray:
+        """The dot products with ``qf`` of the rows of ``runs`` (start, end), in order: the runs are
+        converted to float32 one after the other into the scratch block and each full block is
+        multiplied at once (a product per run, most of them a few hundred rows, cost ~11 % more
+        at a million rows, 2026-12-02)."""
+        dots = np.empty(sum(b - a for a, b in runs), dtype=np.float32)
+        scratch, at, fill = self._scratch, 0, 0
+        for a, b in runs:
+            while a < b:
+                e = min(b, a + BLOCK - fill)
+                np.copyto(scratch[fill:fill + e - a], self._codes[a:e], casting="unsafe")
+                fill, a = fill + e - a, e
+                if fill == BLOCK:
+                    np.matmul(scratch, qf, out=dots[at:at + BLOCK])
+                    at, fill = at + BLOCK, 0
+        if fill:
+            np.matmul(scratch[:fill], qf, out=dots[at:at + fill])
+        return dots
+
+    def _ranked(self, dots: np.ndarray, sq: np.ndarray, ids: np.ndarray, qf: np.ndarray, k: int
+                ) -> list[tuple[int, float]]:
+        """The ``k`` nearest of the rows whose dot products with ``qf`` are ``dots`` (their squared
+        norms ``sq``, their ids ``ids``), nearest first, ties by id."""
         n = len(dots)
         if k <= 0 or n == 0:
             return []
-        sq = self._sq[:n] if rows is None else self._sq[rows]
         dist = cosine_distances(dots, sq, float(qf @ qf))
-        ids = self._ids[:n] if rows is None else self._ids[rows]
         if k < n:
             part = np.argpartition(dist, k - 1)[:k]
             cut = dist[part].max()
