@@ -15,11 +15,12 @@ chooses rows, only scores them:
   without scoring; the word goes through the table's own tokenizer — stemming, CJK pairs, phrases
   of several tokens — exactly as the OR would match it);
 * the rows holding a rarer word are ranked in two parts, those that also hold a common word
-  (``rare AND common``) and those that do not (``rare NOT common``): each part's expression names
-  every word once, so each row's score is its score under the plain OR (``bm25()`` sums over
-  the words a row holds, with each word's idf from its whole list) up to the last bits of a sum
-  taken in another order (the common words last), and the two parts merged are the plain OR's
-  ranking of those rows but for such near-ties (ties by rowid);
+  (``rare AND common``, every word named once) and those that do not (the rarer words alone,
+  keeping only the rows that cannot hold a common word: see :func:`_rare_only`), so each row's
+  score is its score under the plain OR (``bm25()`` sums over the words a row holds, with each
+  word's idf from its whole list) up to the last bits of a sum taken in another order (the common
+  words last), and the two parts merged are the plain OR's ranking of those rows but for such
+  near-ties (ties by rowid);
 * rows that hold only common words come after them, and only when the rarer words fill fewer than
   ``depth`` places (or there is none): from the plain OR over the most recent :data:`TERM_CAP`
   messages, so that no query scores more than a bounded number of rows.
@@ -105,10 +106,9 @@ def ranked(con: Any, terms: Sequence[str], speaker_weight: float, depth: int,
     rare = or_query([t for t in terms if t not in common])
     got: list[int] = []
     if len(common) < len(terms):
-        both = f"({rare}) AND ({or_query(common)})"
-        only = f"({rare}) NOT ({or_query(common)})"
-        parts = _match(con, both, speaker_weight, depth, where) + _match(con, only, speaker_weight, depth, where)
-        got = [r for r, _ in sorted(parts, key=lambda rs: (rs[1], rs[0]))[:depth]]
+        both = _match(con, f"({rare}) AND ({or_query(common)})", speaker_weight, depth, where)
+        got = [r for r, _ in sorted(both + _rare_only(con, rare, both, speaker_weight, depth, where),
+                                    key=lambda rs: (rs[1], rs[0]))[:depth]]
     if len(got) >= depth:
         return got
     if where is not None:
@@ -116,6 +116,21 @@ def ranked(con: Any, terms: Sequence[str], speaker_weight: float, depth: int,
     seen = set(got)
     recent = _match(con, plain, speaker_weight, depth + len(got), None, since=highest_message_id(con) - TERM_CAP)
     return (got + [r for r, _ in recent if r not in seen])[:depth]
+
+
+def _rare_only(con: Any, rare: str, both: list[tuple[int, float]], speaker_weight: float, depth: int,
+               where: tuple[str, Sequence[Any]] | None) -> list[tuple[int, float]]:
+    """The rows holding a rarer word that can join ``both`` (the best ``depth`` rows holding a
+    rarer and a common word) among the best ``depth``, with their plain-OR scores. Ranked by the
+    rarer words alone, not as ``rare NOT common``: naming a common word makes ``bm25()`` walk its
+    whole posting list for its idf (~4 ms a word at a million messages), and a word a row does not
+    hold adds nothing to its score. A row of that ranking outside ``both`` either holds no common
+    word (its score here is its plain one) or holds one and was not among the best ``depth`` of
+    ``both``, which is then full: its score here (worse than its plain score, which is no better
+    than the last of ``both``) ranks it after all of them. Each row ahead of one that makes the
+    final list is in it too, so ``depth`` rows beyond those of ``both`` are enough."""
+    seen = {r for r, _ in both}
+    return [(r, s) for r, s in _match(con, rare, speaker_weight, depth + len(both), where) if r not in seen]
 
 
 def _match(con: Any, query: str, speaker_weight: float, depth: int, where: tuple[str, Sequence[Any]] | None,
