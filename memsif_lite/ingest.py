@@ -146,29 +146,33 @@ class IngestPipeline:
         created = now_stored()
         out: list[Added] = []
         skipped = 0
-        with self.db.write():
-            ids = self.db.messages.new_ids()
-            forgotten = self.db.tombstones.any()  # none is added below: asked once
-            for i, (r, h, v, n) in enumerate(zip(rows, hashes, vecs, tokens, strict=True)):
-                present = self.present_id(r, created) if skip_existing else None
-                if present is not None:
-                    skipped += 1
-                    out.append(Added(present, False))
-                    continue
-                mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
-                                              source_id=r.source_id, content_hash=h, created_at=created, vector=v,
-                                              utc_offset_min=r.utc_offset_min, tokens=n, code=codes[i],
-                                              mid=next(ids))
-                self.db.queue.push(PLACE, mid, created)
-                if forgotten:  # added again on purpose
-                    self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))
-                if stored is not None:  # the row as stored, too: the place step need not read it back
-                    self.worker.hint(mid, stored[i], extract_entities(r.text),
-                                     MessageRow(mid, r.speaker, r.text, r.at, r.session, r.source_id,
-                                                r.utc_offset_min, n))
-                out.append(Added(mid, True))
-            if process:
-                self.worker.run(progress=progress)
+        try:
+            with self.db.write():
+                ids = self.db.messages.new_ids()
+                forgotten = self.db.tombstones.any()  # none is added below: asked once
+                for i, (r, h, v, n) in enumerate(zip(rows, hashes, vecs, tokens, strict=True)):
+                    present = self.present_id(r, created) if skip_existing else None
+                    if present is not None:
+                        skipped += 1
+                        out.append(Added(present, False))
+                        continue
+                    mid = self.db.messages.insert(speaker=r.speaker, text=r.text, at=r.at, session=r.session,
+                                                  source_id=r.source_id, content_hash=h, created_at=created, vector=v,
+                                                  utc_offset_min=r.utc_offset_min, tokens=n, code=codes[i],
+                                                  mid=next(ids))
+                    self.db.queue.push(PLACE, mid, created)
+                    if forgotten:  # added again on purpose
+                        self.db.tombstones.discard(tombstone_hash(r.speaker, r.text, r.at))
+                    if stored is not None:  # the row as stored, too: the place step need not read it back
+                        self.worker.hint(mid, stored[i], extract_entities(r.text),
+                                         MessageRow(mid, r.speaker, r.text, r.at, r.session, r.source_id,
+                                                    r.utc_offset_min, n))
+                    out.append(Added(mid, True))
+                if process:
+                    self.worker.run(progress=progress)
+        except BaseException:
+            self.worker.drop_hints()  # the rows they describe were rolled back; their ids may come again
+            raise
         if progress is not None:
             progress(skipped if process else len(rows))
         return out

@@ -65,6 +65,10 @@ class Worker:
         them back): only for steps run in the transaction that stored it."""
         self.tools.hints[message_id] = (vec, ents, row)
 
+    def drop_hints(self) -> None:
+        """Forget every hint: the transaction that stored their messages did not commit."""
+        self.tools.hints.clear()
+
     def run(self, *, max_steps: int | None = None, max_seconds: float | None = None,
             progress: Callable[[int], None] | None = None,
             stop: Callable[[], bool] | None = None, thorough: bool = False) -> ProcessReport:

@@ -190,3 +190,67 @@ def test_token_counts_are_the_tokenizers_with_unknown_runs_by_character(texts):
     expected = [sum(1 + (e - s - 1 if i == 3 and e - s > 1 else 0)
                     for i, (s, e) in zip(enc.ids, enc.offsets, strict=True)) for enc in map(encode, texts)]
     assert count_tokens_many(texts) == expected == [count_tokens(t) for t in texts]
+
+
+def test_a_failed_add_leaves_no_hint_for_the_ids_it_rolled_back(tmp_path, monkeypatch):
+    """An ``add_many`` that fails inside its transaction rolls its messages back; the rows, vectors
+    and entities it had handed to the place step must go too: messages stored later under the
+    same ids are placed from what they are (was: placed with the rolled-back messages' time,
+    entities and vector)."""
+    from memsif_lite.db.messages import Messages
+    queued = [{"speaker": "Ana", "text": "We hiked the Alps near Zermatt with Carla", "at": "2024-01-01T10:00:00"},
+              {"speaker": "Ben", "text": "Zermatt trail photos with Carla are great", "at": "2024-01-01T10:05:00"}]
+    with Memory(tmp_path / "queued.db", embedder=FakeEmbedder(), process="manual") as mem:
+        mem.add_many(queued)
+        mem.export_to(tmp_path / "queued.jsonl")
+
+    def build(path: Path, fail: bool) -> tuple[list, list]:
+        with Memory(path, embedder=FakeEmbedder()) as mem:
+            if fail:
+                insert, calls = Messages.insert, [0]
+
+                def failing(self, **kw):
+                    calls[0] += 1
+                    if calls[0] == 3:
+                        raise OSError("disk full")
+                    return insert(self, **kw)
+
+                monkeypatch.setattr(Messages, "insert", failing)
+                with pytest.raises(OSError):
+                    mem.add_many([{"speaker": "Zed", "text": f"Unrelated text about quantum physics {i}",
+                                   "at": f"2031-06-0{i + 1}T00:00:00"} for i in range(3)])
+                monkeypatch.setattr(Messages, "insert", insert)
+            mem.import_from(tmp_path / "queued.jsonl")
+            mem.process()
+        with raw(path) as con:
+            return (con.execute("SELECT message_id, segment_id, entities, phi, decision FROM message_units "
+                                "ORDER BY 1").fetchall(),
+                    con.execute("SELECT id, n_messages, entities, start_at, end_at FROM segments "
+                                "ORDER BY 1").fetchall())
+
+    assert build(tmp_path / "failed.db", True) == build(tmp_path / "clean.db", False)
+
+
+def test_a_before_image_read_after_the_table_changed_keeps_no_statement_open(tmp_path):
+    """The columns remembered for before images no longer match the table (another connection
+    altered it): the first read's statement is closed before the columns are read again, so this
+    connection does not keep its old read snapshot (was: it saw no later commit and could not
+    begin a write)."""
+    import apsw
+
+    from memsif_lite.db import rewind
+    path = str(tmp_path / "r.db")
+    con = apsw.Connection(path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.setbusytimeout(200)
+    con.execute("CREATE TABLE segments(id INTEGER PRIMARY KEY, a, entities)")
+    con.execute("INSERT INTO segments VALUES(1, 'x', 'e')")
+    rewind._current_row(con, "segments", [1])
+    other = apsw.Connection(path)
+    other.execute("ALTER TABLE segments ADD COLUMN b DEFAULT 7")
+    cols, row = rewind._current_row(con, "segments", [1])
+    assert cols == ["id", "a", "entities", "b"] and tuple(row) == (1, "x", "e", 7)
+    other.execute("INSERT INTO segments(a) VALUES('new')")
+    assert con.execute("SELECT count(*) FROM segments").fetchone()[0] == 2
+    con.execute("BEGIN IMMEDIATE")
+    con.execute("ROLLBACK")

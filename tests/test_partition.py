@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import apsw
@@ -387,3 +388,62 @@ def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other
         with pytest.raises(apsw.SQLError, match="BM25 side"):
             db.messages.nearest_beside(query(3), 10, boom)
         assert db.messages.nearest_beside(query(3), 10, lambda: 7) == (db.messages.nearest(query(3), 10), 7, [])
+
+
+def test_an_interrupt_while_the_bm25_thread_runs_waits_for_it_and_leaves_the_connection_usable(filled, monkeypatch):
+    """Ctrl-C in the caller while the second thread is still running SQL: the caller waits for
+    it before raising KeyboardInterrupt, so the connection is not left busy in that thread nor in
+    its read transaction (was: "Connection is busy in another thread", then every later write
+    failed with "cannot start a transaction within a transaction")."""
+    from memsif_lite.retrieval import Retriever
+    filled.search("t3w0 t3w2 Ana", k=5)
+    slow_bm25, started = Retriever.bm25, threading.Event()
+
+    def slow(self, *a, **k):
+        started.set()
+        self.db.con.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<8000000) "
+                            "SELECT count(*) FROM c").fetchone()
+        return slow_bm25(self, *a, **k)
+
+    monkeypatch.setattr(Retriever, "bm25", slow)
+    def interrupt() -> None:
+        started.wait(10)
+        time.sleep(0.2)  # the caller has scored its rows by now and waits for the BM25 side
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(50):  # the signal lands while the main thread waits for the BM25 side
+            filled.search("t3w0 t3w2 Ana", k=5)
+    monkeypatch.setattr(Retriever, "bm25", slow_bm25)
+    assert filled._db.con.get_autocommit()
+    filled.add("Ana", "t1w1 hello again")
+    assert filled.search("t3w0 t3w2 Ana", k=5)
+
+
+def test_a_child_forked_while_the_thread_pool_lock_is_held_searches(filled, db):
+    """A process forked while another thread holds the kept-thread pool's lock gets a new lock
+    (``os.register_at_fork``): its overlapped searches do not hang."""
+    from memsif_lite.db import messages as msgs
+    want = filled.search("t5w0 t5w1 Ben", k=5)
+    hold, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with msgs._BESIDE._lock:
+            hold.set()
+            release.wait(10)
+
+    threading.Thread(target=holder, daemon=True).start()
+    assert hold.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: its own memory on the file; a search past MIN_ROWS submits to the pool
+        signal.alarm(20)
+        try:
+            with Memory(db, embedder=FakeEmbedder(), read_only=True) as mem:
+                got = [mem.search("t5w0 t5w1 Ben", k=5) for _ in range(2)]
+            os._exit(0 if got == [want, want] else 3)
+        except BaseException:
+            os._exit(4)
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -157,6 +157,19 @@ class _Job:
         except BaseException as e:  # raised in the caller's thread (Messages.nearest_beside)
             self.error = e
 
+    def finish(self) -> None:
+        """Wait until the job has ended, even through a KeyboardInterrupt (raised once it has:
+        until then the other thread is still using the connection)."""
+        interrupted: KeyboardInterrupt | None = None
+        while True:
+            try:
+                self.done.wait()
+                break
+            except KeyboardInterrupt as e:
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
+
 
 class _Tasks:
     """Functions that two threads share out: each takes the next one not yet taken until none is
@@ -197,28 +210,34 @@ class _Beside:
     its own."""
 
     def __init__(self) -> None:
+        self._forked()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A new lock and no idle thread (in a forked child: the parent's threads are not there,
+        and its lock may have been held by one of them at the fork)."""
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._generation = getattr(self, "_generation", -1) + 1
         self._idle: list[queue.SimpleQueue[_Job]] = []
 
     def submit(self, fn: Callable[[], Any]) -> _Job:
         job = _Job(fn)
         with self._lock:
-            if self._pid != os.getpid():
-                self._pid, self._idle = os.getpid(), []
             jobs = self._idle.pop() if self._idle else None
+            generation = self._generation
         if jobs is None:
             jobs = queue.SimpleQueue()
-            threading.Thread(target=self._loop, args=(jobs, os.getpid()), name="memsif-beside", daemon=True).start()
+            threading.Thread(target=self._loop, args=(jobs, generation), name="memsif-beside", daemon=True).start()
         jobs.put(job)
         return job
 
-    def _loop(self, jobs: queue.SimpleQueue[_Job], pid: int) -> None:
+    def _loop(self, jobs: queue.SimpleQueue[_Job], generation: int) -> None:
         while True:
             job = jobs.get()
             job.run()
             with self._lock:  # idle again before the caller hears of it: its next job finds this thread
-                if self._pid == pid:
+                if self._generation == generation:
                     self._idle.append(jobs)
             job.done.set()
             del job  # an idle thread holds nothing of the memory it last served
@@ -355,7 +374,7 @@ class Messages(Table):
             hits = cache.search(qvec, depth)
             rest.work()
         finally:
-            job.done.wait()
+            job.finish()
         if job.error is not None:
             raise job.error
         return hits, job.value, rest.results()

@@ -245,6 +245,8 @@ def _current_row(con: Any, table: str, pk: list[Any]) -> tuple[list[str], Any]:
             names = None
         if names == cols:
             return names, cur.fetchone()
+        if names is not None:
+            cur.close()  # its row unread: left open, it would keep this connection's read snapshot
     cols = known[table] = _columns(con, table)
     return cols, con.execute(_by_key(table, cols), pk).fetchone()
 
