@@ -329,3 +329,32 @@ def test_a_candidate_decided_before_a_forget_is_decided_again_after_it(tmp_path,
         mem.process()
         assert sorted((f.stmt, f.message_ids) for f in mem.facts()) == [
             ("Maya loves kombucha", (b,)), ("Maya loves tea", (b,))]
+
+
+def test_a_fact_worded_from_its_trajectory_context_outlives_a_forget_beside_it(tmp_path, embedder, llm_server):
+    """B's extraction was shown B's segment (A, B) and the trajectory context before it (P, which
+    says "golden retriever Rex"): forgetting A keeps the fact citing B, its words all said by P."""
+    def reply(req: dict[str, Any]) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == prompts.EXTRACT_SYSTEM:
+            return _fact("Relation", "Maya's golden retriever Rex is fine now", (2,)) if "He is fine now" in user \
+                else '{"facts": []}'
+        return {prompts.BOUNDARY_SYSTEM: '{"continues": true}' if "vet" in user or "fine" in user
+                else '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
+                prompts.TITLE_SYSTEM: '{"title": "Small talk"}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0, tau_split=0.0, tau_merge=1.0),
+                llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs()) as mem:
+        mem.add("Maya", "My dog Rex is a golden retriever.", at=T - timedelta(days=1))
+        mem.add("Leo", "Nice weather for football today.", at=T - timedelta(hours=20))
+        a = mem.add("Maya", "Took Rex, my golden retriever, to the vet.", at=T)
+        b = mem.add("Maya", "He is fine now.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        assert [s.message_ids for s in mem.segments() if a in s.message_ids] == [(a, b)]
+        [f] = mem.facts()
+        assert f.message_ids == (b,)
+        mem.forget(message_id=a)
+        assert [(g.id, g.stmt, g.message_ids) for g in mem.facts()] == [(f.id, f.stmt, (b,))]
+    assert "vet" not in everything(path).split()
