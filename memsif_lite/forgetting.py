@@ -151,11 +151,11 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
            beside: str = "") -> bool | None:
     """A CoreFact keeps no word only a forgotten message had (``said``: its speaker and text): one
     that none of the fact's sources says (nor ``beside``: the other messages its extraction was
-    shown, :func:`shown_beside`), function words aside, in its subject,
-    statement or history. A statement that holds one is replaced by the one the offline rules
-    extract from the fact's sources (of its subject and type, the one sharing most words with it;
-    ties: the earliest), re-embedded, and so is every history entry holding one. Returns False
-    when nothing held such a word, True when the fact was worded again, None when the offline
+    shown, :func:`shown_beside`), function words aside, in its subject, statement, slot or history.
+    A statement (or slot) that holds one is replaced by the one the offline rules extract from the
+    fact's sources (of its subject and type, the one sharing most words with it; ties: the
+    earliest), re-embedded, with that candidate's slot, and so is every history entry holding one.
+    Returns False when nothing held such a word, True when the fact was worded again, None when the offline
     rules give no such statement: the fact must go."""
     fact = db.facts.get(fid)
     if fact is None or not said:
@@ -165,19 +165,20 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
     if not gone:
         return False
     leaky = [hid for hid, stmt in db.facts.events(fid) if words_of(stmt) & gone]
-    if not leaky and not words_of(f"{fact.subject} {fact.stmt}") & gone:
+    stmt, slot = fact.stmt, db.facts.slot(fid)
+    if not leaky and not words_of(f"{fact.subject} {stmt} {slot or ''}") & gone:
         return False
     if words_of(fact.subject) & gone:
         return None
-    stmt = fact.stmt
-    if words_of(stmt) & gone:
-        found = [c.stmt for c in extract_offline(sources, [FactType(fact.type, fact.type)])
+    if words_of(f"{stmt} {slot or ''}") & gone:
+        found = [c for c in extract_offline(sources, [FactType(fact.type, fact.type)])
                  if same_subject(c.subject, fact.subject)]
         if not found:
             return None
         have = words_of(stmt)
-        stmt = max(found, key=lambda s: len(words_of(s) & have))  # ties: the earliest
-    db.facts.reword(fid, stmt, embed_passages([stmt])[0], now_stored(), leaky)
+        best = max(found, key=lambda c: len(words_of(c.stmt) & have))  # ties: the earliest
+        stmt, slot = best.stmt, best.slot
+    db.facts.reword(fid, stmt, slot, embed_passages([stmt])[0], now_stored(), leaky)
     return True
 
 

@@ -358,3 +358,32 @@ def test_a_fact_worded_from_its_trajectory_context_outlives_a_forget_beside_it(t
         mem.forget(message_id=a)
         assert [(g.id, g.stmt, g.message_ids) for g in mem.facts()] == [(f.id, f.stmt, (b,))]
     assert "vet" not in everything(path).split()
+
+
+def test_a_fact_worded_again_after_a_forget_takes_the_slot_of_its_new_wording(tmp_path, embedder, llm_server):
+    """Added from A by the offline rules (slot "favourite drink"), merged from B ("favourite
+    beverage"): forgetting A words the fact from B, its slot too."""
+    def reply(req: dict[str, Any]) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == prompts.EXTRACT_SYSTEM:
+            if "favourite beverage" in user:
+                return _fact("Preference", "Maya's favourite beverage is kombucha")
+            return '{"facts": "broken"}' if "favourite drink" in user else '{"facts": []}'
+        return {prompts.OPERATION_SYSTEM: '{"op": "merge", "target": 1}',
+                prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+                prompts.TITLE_SYSTEM: '{"title": "Small talk"}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        a = mem.add("Maya", "My favourite drink is kombucha.", at=T - timedelta(days=20))
+        mem.add("Leo", "Did you see the football match?", at=T - timedelta(days=10))
+        b = mem.add("Maya", "My favourite beverage is kombucha.", at=T)
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        assert [f.message_ids for f in mem.facts()] == [(a, b)]
+        mem.forget(message_id=a)
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya's favourite beverage is kombucha", (b,))]
+    with raw(path) as con:
+        assert con.execute("SELECT slot FROM core_facts").fetchall() == [("favourite beverage",)]
+    assert "drink" not in everything(path)

@@ -435,9 +435,10 @@ class RecordedFacts(CoreFacts):
         self.changes.before(fid)
         return super().drop_unsupported_events(fid)
 
-    def reword(self, fid: int, stmt: str, vector: np.ndarray, now: str, events: Collection[int]) -> None:
+    def reword(self, fid: int, stmt: str, slot: str | None, vector: np.ndarray, now: str,
+               events: Collection[int]) -> None:
         self.changes.before(fid, vector=True)
-        super().reword(fid, stmt, vector, now, events)
+        super().reword(fid, stmt, slot, vector, now, events)
 
     def realign_valid_from(self, fid: int, now: str, stated: Collection[str] = ()) -> None:
         for f in [fid, *self._superseded_by(fid)]:
