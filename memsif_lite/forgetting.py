@@ -14,7 +14,8 @@ had (:func:`reword`: worded again from its remaining sources, else deleted; so d
 LLM extraction was shown the message beside its own sources); ActiveFact evidence
 from it is removed, with the statements holding its own words, and the clusters re-scored (a
 cluster left without statements disappears, a promotion that no longer holds is withdrawn); the
-segment that held it loses its LLM title.
+segment that held it loses its LLM title; a change log row made from messages shown with it
+loses its content when that holds a word of it they do not say.
 """
 
 from __future__ import annotations
@@ -121,6 +122,15 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
                 db.facts.delete(fid)
     if said:  # CoreFact candidates extracted with the message in view, not written yet
         drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, said)
+    if said and shown:  # the log's rows of changes made from what was shown with it (a merge's summary)
+        leaky = []
+        for rid, text, cited in db.changes.naming(shown):
+            if mid in cited:
+                continue  # erased with the message (:func:`forget`)
+            texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
+            if words_of(text) & (words_of(said) - words_of(" ".join([*texts, shown_beside(db, cited, mid)]))):
+                leaky.append(rid)
+        db.changes.erase(leaky)
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid, said)

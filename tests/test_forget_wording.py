@@ -387,3 +387,33 @@ def test_a_fact_worded_again_after_a_forget_takes_the_slot_of_its_new_wording(tm
     with raw(path) as con:
         assert con.execute("SELECT slot FROM core_facts").fetchall() == [("favourite beverage",)]
     assert "drink" not in everything(path)
+
+
+def test_the_log_of_a_merge_worded_beside_the_forgotten_message_loses_its_words(tmp_path, embedder, llm_server):
+    """B's candidate, worded by the LLM that read A beside B, merged into a fact from Z: the fact
+    keeps Z's words, and the log row of the merge (citing B, its summary the candidate's wording)
+    keeps none of A's after A is forgotten."""
+    def reply(req: dict[str, Any]) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == prompts.EXTRACT_SYSTEM:
+            if "I love kombucha" in user:
+                return _fact("Preference", "Maya loves the kombucha of the zorblax bakery", (2,))
+            return _fact("Preference", "Maya loves kombucha") if "every single day" in user else '{"facts": []}'
+        return {prompts.OPERATION_SYSTEM: '{"op": "merge", "target": 1}',
+                prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+                prompts.TITLE_SYSTEM: '{"title": "Drinks"}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        z = mem.add("Maya", "Kombucha every single day for me.", at=T - timedelta(days=20))
+        mem.add("Leo", "Did you see the football match?", at=T - timedelta(days=10))
+        a = mem.add("Maya", "The zorblax bakery makes the kombucha I adore.", at=T)
+        b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (z, b))]
+        assert "zorblax" in everything(path)
+        mem.forget(message_id=a)
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (z, b))]
+    assert "zorblax" not in everything(path)
