@@ -14,7 +14,8 @@ had (:func:`reword`: worded again from its remaining sources, else deleted; so d
 LLM extraction was shown the message beside its own sources); ActiveFact evidence
 from it is removed, with the statements holding its own words, and the clusters re-scored (a
 cluster left without statements disappears, a promotion that no longer holds is withdrawn); the
-segment that held it loses its LLM title; a change log row made from messages shown with it
+segment that held it loses its LLM title (and a pending step of its segment, or of one shown it,
+read before is decided again); a change log row made from messages shown with it
 loses its content when that holds a word of it they do not say.
 """
 
@@ -92,6 +93,9 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
     sid = db.structure.segment_of_message(mid)
     shown = [m for m in db.structure.shown_with(mid, CONTEXT_MESSAGES) if m != mid]
     db.queue.drop_message(mid)
+    # an extract or close step deciding now reads its segment with the message (or in its context):
+    # it is decided again from what is left, rather than write its words after this
+    db.queue.restamp({s for s in (db.structure.segment_of_message(m) for m in [mid, *shown]) if s is not None})
     orphans, kept = db.facts.drop_source(mid)
     for fid in orphans:
         db.facts.delete(fid)

@@ -417,3 +417,66 @@ def test_the_log_of_a_merge_worded_beside_the_forgotten_message_loses_its_words(
         mem.forget(message_id=a)
         assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (z, b))]
     assert "zorblax" not in everything(path)
+
+
+def _forget_while_deciding(tmp_path: Path, embedder: Any, llm_server: Any, blocked: str) -> Path:
+    """A (Quillfeather) and B share a segment; its ``blocked`` step (close: the title; extract: the
+    CoreFact candidates) is deciding, waiting on the LLM, when A is forgotten."""
+    asked, release = threading.Event(), threading.Event()
+
+    def reply(req: dict[str, Any]) -> str:  # as an LLM would: from A's words when it is shown them
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == blocked and not asked.is_set():
+            asked.set()
+            release.wait(30)
+        if system == prompts.TITLE_SYSTEM:
+            return '{"title": "Quillfeather bakery visit"}' if "Quillfeather" in user else '{"title": "Kombucha"}'
+        if system == prompts.EXTRACT_SYSTEM:
+            return _fact("Preference", "Maya loves the kombucha of Quillfeather bakery", (2,)) \
+                if "Quillfeather" in user else _fact("Preference", "Maya loves kombucha")
+        return {prompts.OPERATION_SYSTEM: '{"op": "add", "target": null}', prompts.BOUNDARY_SYSTEM:
+                '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+
+    def memory() -> Memory:
+        return Memory(path, embedder=embedder, config=Config(llm_retries=0, llm_timeout_s=60), llm="openai/test-model",
+                      process="manual", llm_kwargs=llm_server.llm_kwargs())
+
+    with memory() as mem:
+        a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
+        mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with memory() as other:
+                other.process()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert asked.wait(60)
+    with memory() as mem:
+        mem.forget(message_id=a)
+    release.set()
+    worker.join(60)
+    assert errors == []
+    with memory() as mem:
+        mem.process()
+    return path
+
+
+def test_an_extract_deciding_while_a_message_is_forgotten_writes_none_of_its_words(tmp_path, embedder, llm_server):
+    """The extract step read the segment with A; the forget makes it stale: decided again without A."""
+    assert "quillfeather" not in everything(_forget_while_deciding(tmp_path, embedder, llm_server,
+                                                                   prompts.EXTRACT_SYSTEM))
+
+
+def test_a_title_deciding_while_a_message_is_forgotten_is_not_written(tmp_path, embedder, llm_server):
+    """The close step read the segment's lines with A; the forget makes it stale: titled again."""
+    assert "quillfeather" not in everything(_forget_while_deciding(tmp_path, embedder, llm_server,
+                                                                   prompts.TITLE_SYSTEM))
