@@ -14,7 +14,9 @@ had (:func:`reword`: worded again from its remaining sources, else deleted; so d
 LLM extraction was shown the message beside its own sources); ActiveFact evidence
 from it is removed, with the statements holding its own words, and the clusters re-scored (a
 cluster left without statements disappears, a promotion that no longer holds is withdrawn); the
-segment that held it loses its LLM title.
+segment that held it loses its LLM title (and a pending step of its segment, or of one shown it,
+read before is decided again); a change log row made from messages shown with it
+loses its content when that holds a word of it they do not say.
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
     sid = db.structure.segment_of_message(mid)
     shown = [m for m in db.structure.shown_with(mid, CONTEXT_MESSAGES) if m != mid]
     db.queue.drop_message(mid)
-    db.structure.unplace_message(mid)
+    # an extract or close step deciding now reads its segment with the message (or in its context):
+    # it is decided again from what is left, rather than write its words after this
+    db.queue.restamp({s for s in (db.structure.segment_of_message(m) for m in [mid, *shown]) if s is not None})
     orphans, kept = db.facts.drop_source(mid)
     for fid in orphans:
         db.facts.delete(fid)
@@ -105,27 +109,36 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         before = db.facts.drop_unsupported_events(fid)
         if before is not None:
             db.facts.rewrite(fid, before, active_store.embed_passages([before])[0], now_stored())
-        if reword(db, fid, said, active_store.embed_passages) is None:
+        if reword(db, fid, said, active_store.embed_passages, shown_beside(db, fact.message_ids, mid)) is None:
             db.facts.delete(fid)  # nothing it keeps says it in words of its own
             continue
         sources = db.messages.many(list(db.facts.sources(fid))).values()
         db.facts.realign_valid_from(fid, now_stored(), {t for m in sources for t in stated_starts(m)})
-    beside = " ".join(f"{m.speaker} {m.text}" for m in db.messages.many(shown).values())
     if said and shown:  # facts an LLM extracted with the message in view, citing others
         for fid in db.facts.citing(shown):
             fact = db.facts.get(fid)
             if fact is None or fid in kept:
                 continue
-            done = reword(db, fid, said, active_store.embed_passages, beside)
+            done = reword(db, fid, said, active_store.embed_passages, shown_beside(db, fact.message_ids, mid))
             if done is not False:
                 dirty.append(to_stored(fact.valid_from))
             if done is None:
                 db.facts.delete(fid)
     if said:  # CoreFact candidates extracted with the message in view, not written yet
-        drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, said, beside)
+        drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, said)
+    if said and shown:  # the log's rows of changes made from what was shown with it (a merge's summary)
+        leaky = []
+        for rid, text, cited in db.changes.naming(shown):
+            if mid in cited:
+                continue  # erased with the message (:func:`forget`)
+            texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
+            if words_of(text) & (words_of(said) - words_of(" ".join([*texts, shown_beside(db, cited, mid)]))):
+                leaky.append(rid)
+        db.changes.erase(leaky)
     if row is not None:  # a merge re-derives everything from the earliest time this touched
         db.tombstones.add(tombstone_hash(row.speaker, row.text, row.at), now_stored(), local_at=min(dirty))
     active_store.forget_message(mid, said)
+    db.structure.unplace_message(mid)  # (only now: the context extraction was shown is read above)
     db.messages.delete(mid)
     if sid is not None:
         db.structure.drop_title(sid)  # written from its lines, this one among them
@@ -135,15 +148,28 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
             recompute_unit(db, "trajectory", tid)
 
 
+def shown_beside(db: Database, message_ids: Sequence[int], mid: int) -> str:
+    """What the extraction of a fact (or candidate) citing ``message_ids`` was shown beside them,
+    message ``mid`` (being forgotten, still placed) aside: the messages of their segments and the
+    trajectory context of each (:meth:`~memsif_lite.core_facts.CoreFactWriter.extract`)."""
+    shown: set[int] = set()
+    for sid in {db.structure.segment_of_message(m) for m in message_ids if m != mid}:
+        if sid is not None:
+            shown.update(m.id for m in db.structure.segment_messages(sid))
+            shown.update(m.id for m in db.structure.trajectory_context(sid, CONTEXT_MESSAGES))
+    shown.discard(mid)
+    return " ".join(f"{m.speaker} {m.text}" for m in db.messages.many(sorted(shown)).values())
+
+
 def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence[str]], np.ndarray],
            beside: str = "") -> bool | None:
     """A CoreFact keeps no word only a forgotten message had (``said``: its speaker and text): one
     that none of the fact's sources says (nor ``beside``: the other messages its extraction was
-    shown, for a fact that does not cite the message), function words aside, in its subject,
-    statement or history. A statement that holds one is replaced by the one the offline rules
-    extract from the fact's sources (of its subject and type, the one sharing most words with it;
-    ties: the earliest), re-embedded, and so is every history entry holding one. Returns False
-    when nothing held such a word, True when the fact was worded again, None when the offline
+    shown, :func:`shown_beside`), function words aside, in its subject, statement, slot or history.
+    A statement (or slot) that holds one is replaced by the one the offline rules extract from the
+    fact's sources (of its subject and type, the one sharing most words with it; ties: the
+    earliest), re-embedded, with that candidate's slot, and so is every history entry holding one.
+    Returns False when nothing held such a word, True when the fact was worded again, None when the offline
     rules give no such statement: the fact must go."""
     fact = db.facts.get(fid)
     if fact is None or not said:
@@ -153,27 +179,28 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
     if not gone:
         return False
     leaky = [hid for hid, stmt in db.facts.events(fid) if words_of(stmt) & gone]
-    if not leaky and not words_of(f"{fact.subject} {fact.stmt}") & gone:
+    stmt, slot = fact.stmt, db.facts.slot(fid)
+    if not leaky and not words_of(f"{fact.subject} {stmt} {slot or ''}") & gone:
         return False
     if words_of(fact.subject) & gone:
         return None
-    stmt = fact.stmt
-    if words_of(stmt) & gone:
-        found = [c.stmt for c in extract_offline(sources, [FactType(fact.type, fact.type)])
+    if words_of(f"{stmt} {slot or ''}") & gone:
+        found = [c for c in extract_offline(sources, [FactType(fact.type, fact.type)])
                  if same_subject(c.subject, fact.subject)]
         if not found:
             return None
         have = words_of(stmt)
-        stmt = max(found, key=lambda s: len(words_of(s) & have))  # ties: the earliest
-    db.facts.reword(fid, stmt, embed_passages([stmt])[0], now_stored(), leaky)
+        best = max(found, key=lambda c: len(words_of(c.stmt) & have))  # ties: the earliest
+        stmt, slot = best.stmt, best.slot
+    db.facts.reword(fid, stmt, slot, embed_passages([stmt])[0], now_stored(), leaky)
     return True
 
 
-def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: str, beside: str) -> None:
+def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: str) -> None:
     """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (``said``: its
-    speaker and text; ``beside``: the other messages shown with it): one citing only it, or holding
-    a word of it that none of the other messages it cites says (nor, when it does not cite ``mid``,
-    one shown beside), is dropped, as :func:`reword` would drop the fact it writes; one that is kept
+    speaker and text): one citing only it, or holding a word of it that none of the other messages
+    it cites says (nor one shown beside them, :func:`shown_beside`), is dropped, as :func:`reword`
+    would drop the fact it writes; one that is kept
     cites the message no more (a *fact* step citing a message that is gone comes from before this
     check, and writes nothing: :class:`memsif_lite.steps.fact.Fact`)."""
     for step in steps:
@@ -183,7 +210,7 @@ def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: s
             continue  # a malformed step is set aside when it comes up
         cited = [m for m in c.message_ids if m != mid]
         texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
-        gone = words_of(said) - words_of(" ".join(texts + ([beside] if len(cited) == len(c.message_ids) else [])))
+        gone = words_of(said) - words_of(" ".join([*texts, shown_beside(db, cited, mid)]))
         if not texts or words_of(" ".join([c.subject, c.stmt, *c.ends])) & gone:
             db.queue.done(step)
         elif len(cited) < len(c.message_ids):  # it no longer cites the message (a step read before now is stale)

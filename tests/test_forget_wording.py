@@ -329,3 +329,154 @@ def test_a_candidate_decided_before_a_forget_is_decided_again_after_it(tmp_path,
         mem.process()
         assert sorted((f.stmt, f.message_ids) for f in mem.facts()) == [
             ("Maya loves kombucha", (b,)), ("Maya loves tea", (b,))]
+
+
+def test_a_fact_worded_from_its_trajectory_context_outlives_a_forget_beside_it(tmp_path, embedder, llm_server):
+    """B's extraction was shown B's segment (A, B) and the trajectory context before it (P, which
+    says "golden retriever Rex"): forgetting A keeps the fact citing B, its words all said by P."""
+    def reply(req: dict[str, Any]) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == prompts.EXTRACT_SYSTEM:
+            return _fact("Relation", "Maya's golden retriever Rex is fine now", (2,)) if "He is fine now" in user \
+                else '{"facts": []}'
+        return {prompts.BOUNDARY_SYSTEM: '{"continues": true}' if "vet" in user or "fine" in user
+                else '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
+                prompts.TITLE_SYSTEM: '{"title": "Small talk"}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0, tau_split=0.0, tau_merge=1.0),
+                llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs()) as mem:
+        mem.add("Maya", "My dog Rex is a golden retriever.", at=T - timedelta(days=1))
+        mem.add("Leo", "Nice weather for football today.", at=T - timedelta(hours=20))
+        a = mem.add("Maya", "Took Rex, my golden retriever, to the vet.", at=T)
+        b = mem.add("Maya", "He is fine now.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        assert [s.message_ids for s in mem.segments() if a in s.message_ids] == [(a, b)]
+        [f] = mem.facts()
+        assert f.message_ids == (b,)
+        mem.forget(message_id=a)
+        assert [(g.id, g.stmt, g.message_ids) for g in mem.facts()] == [(f.id, f.stmt, (b,))]
+    assert "vet" not in everything(path).split()
+
+
+def test_a_fact_worded_again_after_a_forget_takes_the_slot_of_its_new_wording(tmp_path, embedder, llm_server):
+    """Added from A by the offline rules (slot "favourite drink"), merged from B ("favourite
+    beverage"): forgetting A words the fact from B, its slot too."""
+    def reply(req: dict[str, Any]) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == prompts.EXTRACT_SYSTEM:
+            if "favourite beverage" in user:
+                return _fact("Preference", "Maya's favourite beverage is kombucha")
+            return '{"facts": "broken"}' if "favourite drink" in user else '{"facts": []}'
+        return {prompts.OPERATION_SYSTEM: '{"op": "merge", "target": 1}',
+                prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+                prompts.TITLE_SYSTEM: '{"title": "Small talk"}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        a = mem.add("Maya", "My favourite drink is kombucha.", at=T - timedelta(days=20))
+        mem.add("Leo", "Did you see the football match?", at=T - timedelta(days=10))
+        b = mem.add("Maya", "My favourite beverage is kombucha.", at=T)
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        assert [f.message_ids for f in mem.facts()] == [(a, b)]
+        mem.forget(message_id=a)
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya's favourite beverage is kombucha", (b,))]
+    with raw(path) as con:
+        assert con.execute("SELECT slot FROM core_facts").fetchall() == [("favourite beverage",)]
+    assert "drink" not in everything(path)
+
+
+def test_the_log_of_a_merge_worded_beside_the_forgotten_message_loses_its_words(tmp_path, embedder, llm_server):
+    """B's candidate, worded by the LLM that read A beside B, merged into a fact from Z: the fact
+    keeps Z's words, and the log row of the merge (citing B, its summary the candidate's wording)
+    keeps none of A's after A is forgotten."""
+    def reply(req: dict[str, Any]) -> str:
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == prompts.EXTRACT_SYSTEM:
+            if "I love kombucha" in user:
+                return _fact("Preference", "Maya loves the kombucha of the zorblax bakery", (2,))
+            return _fact("Preference", "Maya loves kombucha") if "every single day" in user else '{"facts": []}'
+        return {prompts.OPERATION_SYSTEM: '{"op": "merge", "target": 1}',
+                prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+                prompts.TITLE_SYSTEM: '{"title": "Drinks"}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
+                llm_kwargs=llm_server.llm_kwargs()) as mem:
+        z = mem.add("Maya", "Kombucha every single day for me.", at=T - timedelta(days=20))
+        mem.add("Leo", "Did you see the football match?", at=T - timedelta(days=10))
+        a = mem.add("Maya", "The zorblax bakery makes the kombucha I adore.", at=T)
+        b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (z, b))]
+        assert "zorblax" in everything(path)
+        mem.forget(message_id=a)
+        assert [(f.stmt, f.message_ids) for f in mem.facts()] == [("Maya loves kombucha", (z, b))]
+    assert "zorblax" not in everything(path)
+
+
+def _forget_while_deciding(tmp_path: Path, embedder: Any, llm_server: Any, blocked: str) -> Path:
+    """A (Quillfeather) and B share a segment; its ``blocked`` step (close: the title; extract: the
+    CoreFact candidates) is deciding, waiting on the LLM, when A is forgotten."""
+    asked, release = threading.Event(), threading.Event()
+
+    def reply(req: dict[str, Any]) -> str:  # as an LLM would: from A's words when it is shown them
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        if system == blocked and not asked.is_set():
+            asked.set()
+            release.wait(30)
+        if system == prompts.TITLE_SYSTEM:
+            return '{"title": "Quillfeather bakery visit"}' if "Quillfeather" in user else '{"title": "Kombucha"}'
+        if system == prompts.EXTRACT_SYSTEM:
+            return _fact("Preference", "Maya loves the kombucha of Quillfeather bakery", (2,)) \
+                if "Quillfeather" in user else _fact("Preference", "Maya loves kombucha")
+        return {prompts.OPERATION_SYSTEM: '{"op": "add", "target": null}', prompts.BOUNDARY_SYSTEM:
+                '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}'}.get(system, "{}")
+
+    llm_server.default = reply
+    path = tmp_path / "m.db"
+
+    def memory() -> Memory:
+        return Memory(path, embedder=embedder, config=Config(llm_retries=0, llm_timeout_s=60), llm="openai/test-model",
+                      process="manual", llm_kwargs=llm_server.llm_kwargs())
+
+    with memory() as mem:
+        a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
+        mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
+        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with memory() as other:
+                other.process()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert asked.wait(60)
+    with memory() as mem:
+        mem.forget(message_id=a)
+    release.set()
+    worker.join(60)
+    assert errors == []
+    with memory() as mem:
+        mem.process()
+    return path
+
+
+def test_an_extract_deciding_while_a_message_is_forgotten_writes_none_of_its_words(tmp_path, embedder, llm_server):
+    """The extract step read the segment with A; the forget makes it stale: decided again without A."""
+    assert "quillfeather" not in everything(_forget_while_deciding(tmp_path, embedder, llm_server,
+                                                                   prompts.EXTRACT_SYSTEM))
+
+
+def test_a_title_deciding_while_a_message_is_forgotten_is_not_written(tmp_path, embedder, llm_server):
+    """The close step read the segment's lines with A; the forget makes it stale: titled again."""
+    assert "quillfeather" not in everything(_forget_while_deciding(tmp_path, embedder, llm_server,
+                                                                   prompts.TITLE_SYSTEM))

@@ -30,7 +30,7 @@ from ..types import Change
 from .base import Table
 from .facts import CoreFacts
 from .messages import SAME_AS_KNOWN, created_at_of
-from .rewind import IMAGE_COLUMN, IMAGE_TABLES, Rewind, images, pack, record_time, touched, watch
+from .rewind import IMAGE_COLUMN, IMAGE_TABLES, Rewind, images, pack, record_time, touched, unpack, watch
 from .vector_cache import VectorCache
 
 __all__ = ["ChangeLog", "Journal", "RecordedFacts", "CarriedChange", "UNDOABLE_OPS", "OPS"]
@@ -367,6 +367,33 @@ class ChangeLog(Table):
             n += self.con.changes()
         return n
 
+    def naming(self, messages: Sequence[int]) -> list[tuple[int, str, list[int]]]:
+        """(row id, its content as text: summary, undo and before images; the messages it cites)
+        of every row still holding content that cites any of these messages, by id."""
+        out: dict[int, tuple[int, str, list[int]]] = {}
+        ids = sorted(set(messages))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            for rid, summary, undo, image, cited in self.con.execute(
+                    f"SELECT id, summary, undo, {IMAGE_COLUMN}, ids FROM change_log WHERE ({_HELD}) "
+                    "AND EXISTS(SELECT 1 FROM json_each(change_log.ids, '$.messages') "
+                    f"WHERE value IN ({','.join('?' * len(chunk))}))", chunk).fetchall():
+                text = " ".join(str(x) for x in (summary, undo) if x is not None)
+                if image is not None:
+                    text += " " + json.dumps(unpack(image), ensure_ascii=False)
+                mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
+                out[int(rid)] = (int(rid), text, mids)
+        return [out[k] for k in sorted(out)]
+
+    def erase(self, rows: Sequence[int]) -> int:
+        """Erase the content (summary, undo and before images) of these rows, by id, as
+        :meth:`redact` does. Returns the rows erased."""
+        n = 0
+        for rid in sorted(set(rows)):
+            self.con.execute(f"UPDATE change_log SET {_ERASED} WHERE id=? AND ({_HELD})", (rid,))
+            n += self.con.changes()
+        return n
+
 
 #: what :meth:`ChangeLog.redact` erases of a row, and the test that it still holds some of it
 _ERASED = f"summary=NULL, undo=NULL, {IMAGE_COLUMN}=NULL"
@@ -435,9 +462,10 @@ class RecordedFacts(CoreFacts):
         self.changes.before(fid)
         return super().drop_unsupported_events(fid)
 
-    def reword(self, fid: int, stmt: str, vector: np.ndarray, now: str, events: Collection[int]) -> None:
+    def reword(self, fid: int, stmt: str, slot: str | None, vector: np.ndarray, now: str,
+               events: Collection[int]) -> None:
         self.changes.before(fid, vector=True)
-        super().reword(fid, stmt, vector, now, events)
+        super().reword(fid, stmt, slot, vector, now, events)
 
     def realign_valid_from(self, fid: int, now: str, stated: Collection[str] = ()) -> None:
         for f in [fid, *self._superseded_by(fid)]:

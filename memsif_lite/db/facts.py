@@ -161,13 +161,20 @@ class CoreFacts(Table):
                 self.con.execute("UPDATE fact_history SET stmt=? WHERE id=?", (wording, hid))
         return None if wording is None or wording == self.stmt(fid) else str(wording)
 
-    def reword(self, fid: int, stmt: str, vector: np.ndarray, now: str, events: Collection[int]) -> None:
+    def reword(self, fid: int, stmt: str, slot: str | None, vector: np.ndarray, now: str,
+               events: Collection[int]) -> None:
         """A fact worded again (``forget``: its wording held words only a forgotten message had):
-        its statement and vector, and the statement of each of its ``fact_history`` rows in
+        its statement, slot and vector, and the statement of each of its ``fact_history`` rows in
         ``events`` (ids, :meth:`events`) become ``stmt``."""
         self.rewrite(fid, stmt, vector, now)
+        self.con.execute("UPDATE core_facts SET slot=? WHERE id=?", (slot, fid))
         for hid in sorted(set(events)):
             self.con.execute("UPDATE fact_history SET stmt=? WHERE id=? AND fact_id=?", (stmt, hid, fid))
+
+    def slot(self, fid: int) -> str | None:
+        """The slot a fact fills (:class:`~memsif_lite.db.rows.FactRow`), None: none, or no such fact."""
+        r = self.con.execute("SELECT slot FROM core_facts WHERE id=?", (fid,)).fetchone()
+        return None if r is None or r[0] is None else str(r[0])
 
     def events(self, fid: int) -> list[tuple[int, str]]:
         """(history row id, statement) of a fact's ``fact_history``, oldest first."""

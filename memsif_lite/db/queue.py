@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Collection, Protocol, Sequence
 
 from .base import Table
 
@@ -105,9 +105,18 @@ class Queue(Table):
     # A step is identified by (message_id, sub), never by its rowid: rowids of deleted rows are
     # reused, while a (message_id, sub) pair is enqueued at most once in a file's life.
     def exists(self, step: QueuedStep) -> bool:
-        """Whether the step is still queued as it was read (``forget`` may have rewritten its payload)."""
-        return self.con.execute("SELECT 1 FROM work_queue WHERE message_id=? AND sub=? AND payload IS ?",
-                                (step.message_id, step.sub, step.payload)).fetchone() is not None
+        """Whether the step is still queued as it was read (``forget`` may have rewritten its payload,
+        or made it stale: :meth:`restamp`)."""
+        return self.con.execute("SELECT 1 FROM work_queue WHERE id=? AND message_id=? AND sub=? AND payload IS ?",
+                                (step.id, step.message_id, step.sub, step.payload)).fetchone() is not None
+
+    def restamp(self, segment_ids: Collection[int]) -> None:
+        """Make the pending steps of these segments stale: each takes an id no row has (:meth:`exists`
+        fails for a step read before, whose decision is then made again from what is there now)."""
+        for sid in sorted(set(segment_ids)):
+            for (qid,) in self.con.execute("SELECT id FROM work_queue WHERE segment_id=? ORDER BY id",
+                                           (sid,)).fetchall():
+                self.con.execute("UPDATE work_queue SET id=(SELECT max(id) + 1 FROM work_queue) WHERE id=?", (qid,))
 
     def set_payload(self, step: QueuedStep, payload: str) -> None:
         self.con.execute("UPDATE work_queue SET payload=? WHERE message_id=? AND sub=?",
