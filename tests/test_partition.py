@@ -391,18 +391,25 @@ def test_the_rankings_overlapped_in_two_threads_are_those_of_one_after_the_other
 
 
 def test_an_interrupt_while_the_bm25_thread_runs_waits_for_it_and_leaves_the_connection_usable(filled, monkeypatch):
-    """Ctrl-C in the caller while the second thread is still running SQL: the caller waits for
-    it before raising KeyboardInterrupt, so the connection is not left busy in that thread nor in
-    its read transaction (was: "Connection is busy in another thread", then every later write
-    failed with "cannot start a transaction within a transaction")."""
+    """Ctrl-C in the caller while the second thread is still running SQL: the caller interrupts
+    the connection and waits for the thread before raising KeyboardInterrupt, so the connection
+    is not left busy in that thread nor in its read transaction (was: "Connection is busy in
+    another thread", then every later write failed with "cannot start a transaction within a
+    transaction")."""
     from memsif_lite.retrieval import Retriever
     filled.search("t3w0 t3w2 Ana", k=5)
     slow_bm25, started = Retriever.bm25, threading.Event()
 
+    stopped: list[BaseException] = []
+
     def slow(self, *a, **k):
         started.set()
-        self.db.con.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<8000000) "
-                            "SELECT count(*) FROM c").fetchone()
+        try:
+            self.db.con.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<8000000) "
+                                "SELECT count(*) FROM c").fetchone()
+        except apsw.InterruptError as e:  # the caller interrupted the connection at Ctrl-C
+            stopped.append(e)
+            raise
         return slow_bm25(self, *a, **k)
 
     monkeypatch.setattr(Retriever, "bm25", slow)
@@ -416,6 +423,7 @@ def test_an_interrupt_while_the_bm25_thread_runs_waits_for_it_and_leaves_the_con
         for _ in range(50):  # the signal lands while the main thread waits for the BM25 side
             filled.search("t3w0 t3w2 Ana", k=5)
     monkeypatch.setattr(Retriever, "bm25", slow_bm25)
+    assert stopped  # the long query in the second thread was stopped, not waited out
     assert filled._db.con.get_autocommit()
     filled.add("Ana", "t1w1 hello again")
     assert filled.search("t3w0 t3w2 Ana", k=5)

@@ -157,15 +157,18 @@ class _Job:
         except BaseException as e:  # raised in the caller's thread (Messages.nearest_beside)
             self.error = e
 
-    def finish(self) -> None:
+    def finish(self, interrupt: Callable[[], Any]) -> None:
         """Wait until the job has ended, even through a KeyboardInterrupt (raised once it has:
-        until then the other thread is still using the connection)."""
+        until then the other thread is still using the connection); ``interrupt`` (the
+        connection's) is called at the first one, so that a long query there stops soon."""
         interrupted: KeyboardInterrupt | None = None
         while True:
             try:
                 self.done.wait()
                 break
             except KeyboardInterrupt as e:
+                if interrupted is None:
+                    interrupt()
                 interrupted = e
         if interrupted is not None:
             raise interrupted
@@ -374,7 +377,7 @@ class Messages(Table):
             hits = cache.search(qvec, depth)
             rest.work()
         finally:
-            job.finish()
+            job.finish(self.con.interrupt)
         if job.error is not None:
             raise job.error
         return hits, job.value, rest.results()
