@@ -101,6 +101,7 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         db.facts.delete(fid)
     dirty = [row.at] if row is not None else []
     said = f"{row.speaker} {row.text}" if row is not None else ""
+    beside = Shown(db, mid, said)
     for fid in kept:  # its merge/update events go; an update it made is undone
         fact = db.facts.get(fid)
         if fact is None:
@@ -109,7 +110,7 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         before = db.facts.drop_unsupported_events(fid)
         if before is not None:
             db.facts.rewrite(fid, before, active_store.embed_passages([before])[0], now_stored())
-        if reword(db, fid, said, active_store.embed_passages, shown_beside(db, fact.message_ids, mid)) is None:
+        if reword(db, fid, said, active_store.embed_passages, beside.words(fact.message_ids)) is None:
             db.facts.delete(fid)  # nothing it keeps says it in words of its own
             continue
         sources = db.messages.many(list(db.facts.sources(fid))).values()
@@ -119,20 +120,20 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
             fact = db.facts.get(fid)
             if fact is None or fid in kept:
                 continue
-            done = reword(db, fid, said, active_store.embed_passages, shown_beside(db, fact.message_ids, mid))
+            done = reword(db, fid, said, active_store.embed_passages, beside.words(fact.message_ids))
             if done is not False:
                 dirty.append(to_stored(fact.valid_from))
             if done is None:
                 db.facts.delete(fid)
     if said:  # CoreFact candidates extracted with the message in view, not written yet
-        drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, said)
+        drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, beside)
     if said and shown:  # the log's rows of changes made from what was shown with it (a merge's summary)
         leaky = []
         for rid, text, cited in db.changes.naming(shown):
             if mid in cited:
                 continue  # erased with the message (:func:`forget`)
-            texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
-            if words_of(text) & (words_of(said) - words_of(" ".join([*texts, shown_beside(db, cited, mid)]))):
+            held = words_of(text) & beside.said
+            if held and held - beside.words(cited):
                 leaky.append(rid)
         db.changes.erase(leaky)
     if row is not None:  # a merge re-derives everything from the earliest time this touched
@@ -148,24 +149,46 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
             recompute_unit(db, "trajectory", tid)
 
 
-def shown_beside(db: Database, message_ids: Sequence[int], mid: int) -> str:
-    """What the extraction of a fact (or candidate) citing ``message_ids`` was shown beside them,
-    message ``mid`` (being forgotten, still placed) aside: the messages of their segments and the
-    trajectory context of each (:meth:`~memsif_lite.core_facts.CoreFactWriter.extract`)."""
-    shown: set[int] = set()
-    for sid in {db.structure.segment_of_message(m) for m in message_ids if m != mid}:
-        if sid is not None:
-            shown.update(m.id for m in db.structure.segment_messages(sid))
-            shown.update(m.id for m in db.structure.trajectory_context(sid, CONTEXT_MESSAGES))
-    shown.discard(mid)
-    return " ".join(f"{m.speaker} {m.text}" for m in db.messages.many(sorted(shown)).values())
+class Shown:
+    """The words said beside a message being forgotten (``mid``, still placed; ``said``: its
+    speaker and text, :attr:`said` its words), read once per segment for the whole forget of it:
+    :meth:`words` of the messages a fact, candidate or change cites are theirs and those of
+    everything its extraction was shown with them (their segments and the trajectory context of
+    each: :meth:`~memsif_lite.core_facts.CoreFactWriter.extract`), ``mid`` aside. A forget reads
+    these for every fact, queued candidate and change-log row near the message; segments and
+    placements do not change until the forget's last steps, so each segment is read once."""
+
+    def __init__(self, db: Database, mid: int, said: str):
+        self.db, self.mid = db, mid
+        self.said = words_of(said)
+        self._segments: dict[int, frozenset[str]] = {}
+
+    def words(self, message_ids: Sequence[int]) -> frozenset[str]:
+        ids = [m for m in message_ids if m != self.mid]
+        out: set[str] = set()
+        for m in self.db.messages.many(ids).values():
+            out |= words_of(f"{m.speaker} {m.text}")
+        for sid in {self.db.structure.segment_of_message(m) for m in ids}:
+            if sid is not None:
+                out |= self._segment(sid)
+        return frozenset(out)
+
+    def _segment(self, sid: int) -> frozenset[str]:
+        if sid not in self._segments:
+            st = self.db.structure
+            shown = {m.id for m in st.segment_messages(sid)}
+            shown.update(m.id for m in st.trajectory_context(sid, CONTEXT_MESSAGES))
+            shown.discard(self.mid)
+            self._segments[sid] = words_of(" ".join(
+                f"{m.speaker} {m.text}" for m in self.db.messages.many(sorted(shown)).values()))
+        return self._segments[sid]
 
 
 def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence[str]], np.ndarray],
-           beside: str = "") -> bool | None:
+           beside: frozenset[str] = frozenset()) -> bool | None:
     """A CoreFact keeps no word only a forgotten message had (``said``: its speaker and text): one
-    that none of the fact's sources says (nor ``beside``: the other messages its extraction was
-    shown, :func:`shown_beside`), function words aside, in its subject, statement, slot or history.
+    that none of the fact's sources says (nor ``beside``: the words of the other messages its
+    extraction was shown, :meth:`Shown.words`), function words aside, in its subject, statement, slot or history.
     A statement (or slot) that holds one is replaced by the one the offline rules extract from the
     fact's sources (of its subject and type, the one sharing most words with it; ties: the
     earliest), re-embedded, with that candidate's slot, and so is every history entry holding one.
@@ -175,7 +198,7 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
     if fact is None or not said:
         return False
     sources = sorted(db.messages.many(list(fact.message_ids)).values(), key=lambda m: (m.at, m.id))
-    gone = words_of(said) - words_of(" ".join([beside] + [f"{m.speaker} {m.text}" for m in sources]))
+    gone = words_of(said) - beside - words_of(" ".join(f"{m.speaker} {m.text}" for m in sources))
     if not gone:
         return False
     leaky = [hid for hid, stmt in db.facts.events(fid) if words_of(stmt) & gone]
@@ -196,10 +219,10 @@ def reword(db: Database, fid: int, said: str, embed_passages: Callable[[Sequence
     return True
 
 
-def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: str) -> None:
-    """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (``said``: its
-    speaker and text): one citing only it, or holding a word of it that none of the other messages
-    it cites says (nor one shown beside them, :func:`shown_beside`), is dropped, as :func:`reword`
+def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, beside: Shown) -> None:
+    """Pending *fact* steps whose candidate was extracted with message ``mid`` in view (``beside``
+    its words, :class:`Shown`): one citing only it, or holding a word of it that none of the other messages
+    it cites says (nor one shown beside them: :meth:`Shown.words`), is dropped, as :func:`reword`
     would drop the fact it writes; one that is kept
     cites the message no more (a *fact* step citing a message that is gone comes from before this
     check, and writes nothing: :class:`memsif_lite.steps.fact.Fact`)."""
@@ -209,9 +232,8 @@ def drop_candidates(db: Database, steps: Sequence[QueuedStep], mid: int, said: s
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             continue  # a malformed step is set aside when it comes up
         cited = [m for m in c.message_ids if m != mid]
-        texts = [f"{m.speaker} {m.text}" for m in db.messages.many(cited).values()]
-        gone = words_of(said) - words_of(" ".join([*texts, shown_beside(db, cited, mid)]))
-        if not texts or words_of(" ".join([c.subject, c.stmt, *c.ends])) & gone:
+        gone = beside.said - beside.words(cited)
+        if not db.messages.many(cited) or words_of(" ".join([c.subject, c.stmt, *c.ends])) & gone:
             db.queue.done(step)
         elif len(cited) < len(c.message_ids):  # it no longer cites the message (a step read before now is stale)
             db.queue.set_payload(step, dataclasses.replace(c, message_ids=tuple(cited)).to_json())

@@ -360,10 +360,13 @@ class ChangeLog(Table):
                 "(SELECT l.decision FROM change_facts x JOIN change_log l ON l.id=x.change_id WHERE l.decision IS NOT "
                 f"NULL AND x.fact_id IN ({','.join('?' * len(chunk))}))", chunk)
             n += self.con.changes()
-        for mid in sorted(set(messages)):
+        mids = sorted(set(messages))
+        for start in range(0, len(mids), 500):  # (one pass over the log for up to 500 messages)
+            chunk = mids[start:start + 500]
             self.con.execute(
                 f"UPDATE change_log SET {_ERASED} WHERE ({_HELD}) "
-                "AND EXISTS(SELECT 1 FROM json_each(change_log.ids, '$.messages') WHERE value=?)", (mid,))
+                "AND EXISTS(SELECT 1 FROM json_each(change_log.ids, '$.messages') "
+                f"WHERE value IN ({','.join('?' * len(chunk))}))", chunk)
             n += self.con.changes()
         return n
 

@@ -308,6 +308,23 @@ def _loads(raw: Any) -> Any:
         return None
 
 
+def _may_hold(d: dict[str, Any], keys: dict[str, set[tuple[Any, ...]]]) -> bool:
+    """Whether unpacked images ``d`` may hold a row image (not ``null``) keyed by one of ``keys``:
+    true for every change :func:`parse` would find one in, without checking entries' columns."""
+    for t, v in d.items():
+        want = keys.get(t)
+        if not want or not isinstance(v, list):
+            continue
+        for e in v:
+            if isinstance(e, list) and len(e) == 2 and e[1] is not None and isinstance(e[0], list):
+                try:
+                    if tuple(e[0]) in want:
+                        return True
+                except TypeError:  # an unhashable key: not well formed (parse leaves it out)
+                    continue
+    return False
+
+
 def parse(con: Any, raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
     """A change's stored images read back (:func:`unpack`), table by table (malformed images left out)."""
     d = unpack(raw)
@@ -378,6 +395,9 @@ class Rewind(Table):
         n = 0
         for cid, raw in self.con.execute(f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL"
                                          ).fetchall():
+            d = unpack(raw)
+            if isinstance(d, dict) and not _may_hold(d, keys):
+                continue  # (most of a long log: read once, no entry checked against its table)
             parsed = parse(self.con, raw)
             kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
                     for t, entries in parsed.items()}
