@@ -19,6 +19,7 @@ before schema 13) cannot be rewound across; what it removed stays removed.
 from __future__ import annotations
 
 import json
+import re
 import weakref
 import zlib
 from typing import Any, Iterable
@@ -94,16 +95,44 @@ def unpack(raw: Any) -> Any:
     wrote (or, from a file of schema 13 to 15 read as it is, the JSON text of ``before``)."""
     if isinstance(raw, str):
         return _loads(raw)
+    text = _text(raw)
+    if text is None:
+        return None
+    try:
+        return json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def _text(raw: Any) -> bytes | None:
+    """The JSON text (UTF-8, not checked) of a stored image :func:`pack` wrote, or of the JSON text
+    a file of schema 13 to 15 kept; None when it is neither."""
+    if isinstance(raw, str):
+        return raw.encode("utf-8", "surrogatepass")
     if not isinstance(raw, bytes) or not raw or raw[0] != _DEFLATE:
         return None
     try:
         z = zlib.decompressobj(-15, _ZDICT)
         text = z.decompress(raw[1:], _MAX_IMAGE)
-        if z.unconsumed_tail or not z.eof:
-            return None
-        return json.loads(text.decode("utf-8"))
-    except (zlib.error, UnicodeDecodeError, ValueError, RecursionError):
+    except zlib.error:
         return None
+    return None if z.unconsumed_tail or not z.eof else text
+
+
+def _entry_keys(keys: dict[str, set[tuple[Any, ...]]]) -> re.Pattern[bytes] | None:
+    """A search that finds, in the JSON text of a change's images, every entry keyed by one of
+    ``keys`` (and some others): an entry is ``[[k, ...], row]`` and JSON writes an integer only as its
+    digits (whitespace may lie between tokens). None when a key does not begin with an integer."""
+    first: set[int] = set()
+    for pks in keys.values():
+        for pk in pks:
+            if not pk or not isinstance(pk[0], int) or isinstance(pk[0], bool):
+                return None
+            first.add(abs(pk[0]))
+    if not first:
+        return re.compile(rb"(?!)")  # nothing to find
+    alts = b"|".join(str(k).encode("ascii") for k in sorted(first, reverse=True))
+    return re.compile(rb"\[\s*\[\s*-?(?:" + alts + rb")\s*[,\]]")
 
 
 def image_column(con: Any) -> str:
@@ -308,23 +337,6 @@ def _loads(raw: Any) -> Any:
         return None
 
 
-def _may_hold(d: dict[str, Any], keys: dict[str, set[tuple[Any, ...]]]) -> bool:
-    """Whether unpacked images ``d`` may hold a row image (not ``null``) keyed by one of ``keys``:
-    true for every change :func:`parse` would find one in, without checking entries' columns."""
-    for t, v in d.items():
-        want = keys.get(t)
-        if not want or not isinstance(v, list):
-            continue
-        for e in v:
-            if isinstance(e, list) and len(e) == 2 and e[1] is not None and isinstance(e[0], list):
-                try:
-                    if tuple(e[0]) in want:
-                        return True
-                except TypeError:  # an unhashable key: not well formed (parse leaves it out)
-                    continue
-    return False
-
-
 def parse(con: Any, raw: Any) -> dict[str, list[tuple[tuple[Any, ...], list[Any] | None]]]:
     """A change's stored images read back (:func:`unpack`), table by table (malformed images left out)."""
     d = unpack(raw)
@@ -393,11 +405,11 @@ class Rewind(Table):
         keys = {t: set(v) for t, v in keys.items()}
         keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
         n = 0
+        wanted = _entry_keys(keys)
         for cid, raw in self.con.execute(f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL"
                                          ).fetchall():
-            d = unpack(raw)
-            if isinstance(d, dict) and not _may_hold(d, keys):
-                continue  # (most of a long log: read once, no entry checked against its table)
+            if wanted is not None and (text := _text(raw)) is not None and not wanted.search(text):
+                continue  # (most of a long log: inflated, not parsed)
             parsed = parse(self.con, raw)
             kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
                     for t, entries in parsed.items()}
