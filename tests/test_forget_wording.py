@@ -71,8 +71,8 @@ def _fact(ftype: str, stmt: str, lines: tuple[int, ...] = (1,)) -> str:
     return json.dumps({"facts": [{"subject": "Maya", "type": ftype, "stmt": stmt, "lines": list(lines)}]})
 
 
-def _open(path: Path, embedder: Any, server: Any) -> Memory:
-    return Memory(path, embedder=embedder, config=CFG, llm="openai/test-model", process="inline",
+def _open(path: Path, embedder: Any, server: Any, config: Config = CFG, process: str = "inline") -> Memory:
+    return Memory(path, embedder=embedder, config=config, llm="openai/test-model", process=process,
                   llm_kwargs=server.llm_kwargs())
 
 
@@ -298,35 +298,9 @@ def test_a_candidate_decided_before_a_forget_is_decided_again_after_it(tmp_path,
         prompts.EXTRACT_SYSTEM: lambda: json.dumps({"facts": [
             {"subject": "Maya", "type": "Preference", "stmt": "Maya loves tea", "lines": [2]},
             {"subject": "Maya", "type": "Preference", "stmt": "Maya loves kombucha", "lines": [1, 2]}]})})
-    path = tmp_path / "m.db"
-
-    def memory() -> Memory:
-        return Memory(path, embedder=embedder, config=Config(llm_retries=0, llm_timeout_s=60), llm="openai/test-model",
-                      process="manual", llm_kwargs=llm_server.llm_kwargs())
-
-    with memory() as mem:
-        a = mem.add("Maya", "Kombucha is my drink.", at=T)
-        b = mem.add("Maya", "I love kombucha and tea.", at=T + timedelta(minutes=5))
-        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            with memory() as other:
-                other.process()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    assert asked.wait(60)  # the second candidate's step is deciding
-    with memory() as mem:
-        mem.forget(message_id=a)
-    release.set()
-    worker.join(60)
-    assert errors == []  # (it was: the step wrote its source A, gone: a foreign key error)
-    with memory() as mem:
-        mem.process()
+    path, (_, b, _) = _forget_while_waiting(tmp_path, embedder, llm_server, asked, release, [
+        "Kombucha is my drink.", "I love kombucha and tea."])  # (it was: the step wrote its source A, gone)
+    with _llm_memory(path, embedder, llm_server) as mem:
         assert sorted((f.stmt, f.message_ids) for f in mem.facts()) == [
             ("Maya loves kombucha", (b,)), ("Maya loves tea", (b,))]
 
@@ -438,36 +412,45 @@ def _forget_while_deciding(tmp_path: Path, embedder: Any, llm_server: Any, block
                 '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}'}.get(system, "{}")
 
     llm_server.default = reply
+    return _forget_while_waiting(tmp_path, embedder, llm_server, asked, release, [
+        "Quillfeather bakery makes the kombucha I adore.", "I love kombucha."])[0]
+
+
+def _llm_memory(path: Path, embedder: Any, llm_server: Any) -> Memory:
+    """Processing only when asked, default thresholds, an LLM that may take a minute."""
+    return _open(path, embedder, llm_server, Config(llm_retries=0, llm_timeout_s=60), "manual")
+
+
+def _forget_while_waiting(tmp_path: Path, embedder: Any, llm_server: Any, asked: threading.Event,
+                          release: threading.Event, maya: list[str]) -> tuple[Path, list[int]]:
+    """Maya says ``maya`` (A, then B five minutes later), Leo something else three days on; another
+    thread processes the file until a step waits on the LLM (the server sets ``asked``, then waits
+    for ``release``), A is forgotten meanwhile, and the step is let go: processing ends without an
+    error, and the file is processed once more. Returns the file and the three message ids."""
     path = tmp_path / "m.db"
-
-    def memory() -> Memory:
-        return Memory(path, embedder=embedder, config=Config(llm_retries=0, llm_timeout_s=60), llm="openai/test-model",
-                      process="manual", llm_kwargs=llm_server.llm_kwargs())
-
-    with memory() as mem:
-        a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
-        mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
-        mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
+    with _llm_memory(path, embedder, llm_server) as mem:
+        ids = [mem.add("Maya", text, at=T + timedelta(minutes=5 * i)) for i, text in enumerate(maya)]
+        ids.append(mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3)))
     errors: list[BaseException] = []
 
     def work() -> None:
         try:
-            with memory() as other:
+            with _llm_memory(path, embedder, llm_server) as other:
                 other.process()
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     worker = threading.Thread(target=work)
     worker.start()
-    assert asked.wait(60)
-    with memory() as mem:
-        mem.forget(message_id=a)
+    assert asked.wait(60)  # a step is deciding
+    with _llm_memory(path, embedder, llm_server) as mem:
+        mem.forget(message_id=ids[0])
     release.set()
     worker.join(60)
     assert errors == []
-    with memory() as mem:
+    with _llm_memory(path, embedder, llm_server) as mem:
         mem.process()
-    return path
+    return path, ids
 
 
 def test_an_extract_deciding_while_a_message_is_forgotten_writes_none_of_its_words(tmp_path, embedder, llm_server):
