@@ -1,0 +1,60 @@
+"""What ``forget`` costs once the memory is large: forgets of single messages spread over a file
+``scale.py --keep`` built, CPU and wall seconds each (one write transaction each: the message, what
+was derived only from it, and every trace of its words in what stays, docs/history.md).
+
+    cp DIR/scale-1000000-real.db /tmp/copy.db
+    python benchmarks/forget_at_scale.py /tmp/copy.db DIR/scale-1000000-real.db.queries.npz
+
+Run it on a copy: it forgets. The messages are those at evenly spaced positions of the file's ids
+(the first, the last and ``--forgets - 2`` between), the same on every run of the same file.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import apsw
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import TableEmbedder  # noqa: E402
+
+from memsif_lite import Config, Memory  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("path", help="a copy of a file scale.py --keep built (it is changed)")
+    ap.add_argument("queries", help="the .queries.npz beside the original file")
+    ap.add_argument("--forgets", type=int, default=5)
+    ap.add_argument("--out", help="write the figures here as JSON too")
+    args = ap.parse_args()
+    saved = np.load(args.queries)
+    TableEmbedder.model_id, TableEmbedder.sem_levels = str(saved["model_id"]), tuple(saved["sem"].tolist())
+    emb = TableEmbedder(saved["vectors"], {str(q): i for i, q in enumerate(saved["questions"])})
+    cfg = Config() if bool(saved["real"]) else Config(sem_low=0.0, sem_high=0.64)
+    con = apsw.Connection(args.path, flags=apsw.SQLITE_OPEN_READONLY)  # (a read: which ids there are)
+    first, last = con.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    n = max(2, args.forgets)
+    targets = sorted({first + round(i * (last - first) / (n - 1)) for i in range(n)})
+    ids = [con.execute("SELECT min(id) FROM messages WHERE id >= ?", (t,)).fetchone()[0] for t in targets]
+    con.close()
+    cpu, wall = [], []
+    with Memory(args.path, embedder=emb, config=cfg) as mem:
+        for mid in ids:
+            t, c = time.perf_counter(), time.process_time()
+            mem.forget(message_id=mid)
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+    out = {"file": args.path, "forgets": len(cpu), "message_ids": ids, "cpu_s": [round(x, 3) for x in cpu],
+           "wall_s": [round(x, 3) for x in wall], "cpu_s_p50": round(statistics.median(cpu), 3),
+           "wall_s_p50": round(statistics.median(wall), 3), "cpu_s_max": round(max(cpu), 3)}
+    print(json.dumps(out))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
