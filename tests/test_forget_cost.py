@@ -102,3 +102,19 @@ def test_a_forget_reads_a_segment_once_however_many_changes_cite_it(tmp_path):
         finally:
             apsw.connection_hooks.remove(hook)
     assert rows[160] < 6 * rows[40], rows
+
+
+@given(calls=st.lists(st.tuples(st.sampled_from(["messages", "facts"]), st.lists(st.integers(0, 30), max_size=8)),
+                      max_size=12))
+def test_a_change_names_what_it_touched_once_each_in_first_touched_order(calls):
+    """``Journal.touch`` (a forget by source touches every message of the source: a set, not a list
+    scan, says whether one is named already)."""
+    from memsif_lite.db.changes import Journal
+
+    j = Journal(False, 0)
+    for kind, ids in calls:
+        j.touch(kind, ids)
+    want: dict[str, list[int]] = {}
+    for kind, ids in calls:
+        want[kind] = list(dict.fromkeys(want.get(kind, []) + ids))
+    assert j.ids == want

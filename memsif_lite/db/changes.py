@@ -66,10 +66,15 @@ class Journal:
     summary: str | None = None
     #: set by the block when it changed nothing after all: no row is written
     skip: bool = False
+    _seen: dict[str, set[int]] = field(default_factory=dict, repr=False)
 
     def touch(self, kind: str, ids: Sequence[int]) -> None:
         have = self.ids.setdefault(kind, [])
-        have.extend(i for i in ids if i not in have)
+        seen = self._seen.setdefault(kind, set(have))  # (a forget by source may touch thousands)
+        for i in ids:
+            if i not in seen:
+                seen.add(i)
+                have.append(i)
 
 
 @dataclass(frozen=True)
