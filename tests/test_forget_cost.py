@@ -2,7 +2,7 @@
 each change's inflated JSON for the keys forgotten (memsif_lite/db/rewind.py, ``Rewind.erase``),
 and the words said beside a forgotten message are read once per segment (forgetting.Shown).
 These check that the shortcuts change nothing: erase removes exactly the images of the rows
-forgotten, whatever the keys and however the JSON is spaced."""
+forgotten, whatever the keys."""
 from __future__ import annotations
 
 import random
@@ -17,16 +17,18 @@ from memsif_lite import Memory
 from memsif_lite.db.changes import ChangeLog
 from memsif_lite.db.rewind import Rewind, pack, unpack
 
-TABLES = ("segments", "trajectories")
+TABLES = ("segments", "trajectories", "core_facts", "fact_sources")
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """A small memory file with real segment and trajectory rows to take images of."""
+    """A small memory file with real segment, trajectory, CoreFact and fact source rows to take
+    images of."""
     path = tmp_path_factory.mktemp("erase") / "m.db"
     with Memory(path, embedder=FakeEmbedder()) as mem:
         for i in range(12):
-            mem.add("Ana" if i % 2 else "Ben", f"message {i} about topic{i // 4} and things")
+            mem.add("Ana" if i % 2 else "Ben", f"I love green tea number {i} on topic{i // 4}.")
+        mem.add("Ben", "Did you watch the football match yesterday?", at="2031-01-01T10:00:00")  # closes it
         mem.process()
     return path
 
@@ -39,40 +41,53 @@ def _rows(con: apsw.Connection) -> dict[str, list[list]]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_erase_removes_exactly_the_images_of_the_rows_forgotten(base, tmp_path_factory, seed):
+    """Every image of a forgotten row goes (a fact source's key takes its fact's images too), every
+    other entry stays, a change with nothing to erase keeps its stored bytes, and images that are
+    not a JSON object are erased (as before the search)."""
     rng = random.Random(seed)
     path = tmp_path_factory.mktemp("e") / "m.db"
     path.write_bytes(base.read_bytes())
     con = apsw.Connection(str(path))
     try:
         real = _rows(con)
+        assert all(real[t] for t in TABLES)
         pool = [rng.choice([1, 2, 3, 9, 10, 11, 19, 21, 100, 2023, 10**6]) for _ in range(8)]
         changes = []
         con.execute("BEGIN IMMEDIATE")
         log = ChangeLog(con)
         for _ in range(rng.randint(1, 12)):
-            images = {}
-            for t in TABLES:
-                if not real[t] or rng.random() < 0.3:
-                    continue
-                entries = []
-                for _ in range(rng.randint(1, 4)):
-                    k = rng.choice(pool)
-                    row = list(rng.choice(real[t]))
-                    row[0] = k
-                    entries.append([[k], None if rng.random() < 0.3 else row])
-                images[t] = entries
+            if rng.random() < 0.1:  # damaged: not an object
+                images = rng.choice([None, ["core_facts", "secret words"], 7])
+            else:
+                images = {}
+                for t in TABLES:
+                    if rng.random() < 0.4:
+                        continue
+                    entries = []
+                    for _ in range(rng.randint(1, 4)):
+                        key = [rng.choice(pool)] if t != "fact_sources" else [rng.choice(pool), rng.choice(pool)]
+                        row = list(rng.choice(real[t]))
+                        row[:len(key)] = key
+                        entries.append([key, None if rng.random() < 0.3 else row])
+                    images[t] = entries
             blob = pack(images)
             cid = log.write("place", "rule", ids={}, before=blob)
-            changes.append((cid, images))
-        keys = {t: {(rng.choice(pool),) for _ in range(rng.randint(0, 3))} for t in TABLES}
+            changes.append((cid, images, blob))
+        keys = {t: {tuple(rng.choice(pool) for _ in range(1 if t != "fact_sources" else 2))
+                    for _ in range(rng.randint(0, 3))} for t in TABLES}
         Rewind(con).erase(keys)
-        for cid, images in changes:
-            kept = {t: [e for e in v if e[1] is None or (e[0][0],) not in keys[t]] for t, v in images.items()}
-            kept = {t: v for t, v in kept.items() if v}
+        gone = dict(keys, core_facts=keys["core_facts"] | {(k[0],) for k in keys["fact_sources"]})
+        for cid, images, blob in changes:
             (got,) = con.execute("SELECT images FROM change_log WHERE id=?", (cid,)).fetchone()
+            if not isinstance(images, dict):
+                assert got is None
+                continue
+            kept = {t: [e for e in v if e[1] is None or tuple(e[0]) not in gone[t]] for t, v in images.items()}
+            kept = {t: v for t, v in kept.items() if v}
             if kept == images:
-                continue  # untouched: stored as it was
-            assert (unpack(got) if got is not None else {}) == kept
+                assert got == blob  # untouched: stored as it was
+            else:
+                assert (unpack(got) if got is not None else {}) == kept
         con.execute("ROLLBACK")
     finally:
         con.close()
@@ -91,7 +106,9 @@ def test_a_forget_reads_a_segment_once_however_many_changes_cite_it(tmp_path):
             con.row_trace = lambda _cur, row: counted.append(1) or row
 
         with Memory(path, embedder=FakeEmbedder()) as mem:
-            ids = [mem.add("W", f"w{i} same topic words here") for i in range(n)]
+            # each message a fact, each fact a change row that shares words with every other message
+            ids = [mem.add("W", f"I love green tea number {i}.") for i in range(n)]
+            mem.add("V", "Did you watch the football match yesterday?", at="2031-01-01T10:00:00")  # closes it
             mem.process()
         apsw.connection_hooks.append(hook)
         try:

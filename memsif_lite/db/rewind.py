@@ -119,20 +119,28 @@ def _text(raw: Any) -> bytes | None:
     return None if z.unconsumed_tail or not z.eof else text
 
 
-def _entry_keys(keys: dict[str, set[tuple[Any, ...]]]) -> re.Pattern[bytes] | None:
-    """A search that finds, in the JSON text of a change's images, every entry keyed by one of
-    ``keys`` (and some others): an entry is ``[[k, ...], row]`` and JSON writes an integer only as its
-    digits (whitespace may lie between tokens). None when a key does not begin with an integer."""
-    first: set[int] = set()
+#: where an image entry's key begins in the JSON text of a change's images: ``[[k`` (an entry is
+#: ``[[k, ...], row]``; JSON writes an integer as its digits, whitespace may lie between tokens)
+_ENTRY_KEY = re.compile(rb"\[\s*\[\s*(-?[0-9]+)\s*[,\]]")
+
+
+def _first_keys(keys: dict[str, set[tuple[Any, ...]]]) -> set[int] | None:
+    """The integers some key of ``keys`` begins with; None when a key does not begin with one."""
+    out: set[int] = set()
     for pks in keys.values():
         for pk in pks:
             if not pk or not isinstance(pk[0], int) or isinstance(pk[0], bool):
                 return None
-            first.add(abs(pk[0]))
-    if not first:
-        return re.compile(rb"(?!)")  # nothing to find
-    alts = b"|".join(str(k).encode("ascii") for k in sorted(first, reverse=True))
-    return re.compile(rb"\[\s*\[\s*-?(?:" + alts + rb")\s*[,\]]")
+            out.add(pk[0])
+    return out
+
+
+def _may_hold(text: bytes, first: set[int]) -> bool:
+    """Whether the JSON text of a change's images may hold an image of a row keyed by one of
+    :func:`_first_keys`, or is not a JSON object at all (then it is parsed, and erased, as before)."""
+    if text.lstrip()[:1] != b"{":
+        return True
+    return any(int(m.group(1)) in first for m in _ENTRY_KEY.finditer(text))
 
 
 def image_column(con: Any) -> str:
@@ -401,15 +409,18 @@ class Rewind(Table):
         """``forget``: the images of these rows go (what is forgotten is not kept), and with a source
         of a CoreFact the images of that fact (its wording came from it); the other images of the
         same changes stay, and so do the ``null`` ones (the row was made then: they hold nothing).
-        Returns the changes whose images changed."""
+        Only a change whose images may hold one of them (:func:`_may_hold`: a search of the inflated
+        JSON) is parsed; an image that inflates to something other than a JSON object is erased, as
+        one that does not inflate; one that reads as an object but is not valid JSON is left to
+        ``memsif check`` unless it names one of the keys. Returns the changes whose images changed."""
         keys = {t: set(v) for t, v in keys.items()}
         keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
         n = 0
-        wanted = _entry_keys(keys)
+        first = _first_keys(keys)
         for cid, raw in self.con.execute(f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL"
                                          ).fetchall():
-            if wanted is not None and (text := _text(raw)) is not None and not wanted.search(text):
-                continue  # (most of a long log: inflated, not parsed)
+            if first is not None and (text := _text(raw)) is not None and not _may_hold(text, first):
+                continue  # (most of a long log: inflated, searched, not parsed)
             parsed = parse(self.con, raw)
             kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
                     for t, entries in parsed.items()}
