@@ -124,23 +124,24 @@ def _text(raw: Any) -> bytes | None:
 _ENTRY_KEY = re.compile(rb"\[\s*\[\s*(-?[0-9]+)\s*[,\]]")
 
 
-def _first_keys(keys: dict[str, set[tuple[Any, ...]]]) -> set[int] | None:
-    """The integers some key of ``keys`` begins with; None when a key does not begin with one."""
-    out: set[int] = set()
+def _first_keys(keys: dict[str, set[tuple[Any, ...]]]) -> frozenset[bytes] | None:
+    """The integers some key of ``keys`` begins with, as JSON writes them (its digits: one way
+    only, "-0" aside); None when a key does not begin with an integer."""
+    out: set[bytes] = set()
     for pks in keys.values():
         for pk in pks:
             if not pk or not isinstance(pk[0], int) or isinstance(pk[0], bool):
                 return None
-            out.add(pk[0])
-    return out
+            out.add(str(pk[0]).encode("ascii"))
+    return frozenset(out | ({b"-0"} if b"0" in out else set()))
 
 
-def _may_hold(text: bytes, first: set[int]) -> bool:
+def _may_hold(text: bytes, first: frozenset[bytes]) -> bool:
     """Whether the JSON text of a change's images may hold an image of a row keyed by one of
     :func:`_first_keys`, or is not a JSON object at all (then it is parsed, and erased, as before)."""
     if text.lstrip()[:1] != b"{":
         return True
-    return any(int(m.group(1)) in first for m in _ENTRY_KEY.finditer(text))
+    return not first.isdisjoint(_ENTRY_KEY.findall(text))
 
 
 def image_column(con: Any) -> str:
