@@ -97,12 +97,12 @@ def test_llm_concurrency_asks_independent_prompts_together_and_changes_no_result
     llm_concurrency in flight), every call is recorded, and the structure is what one request at
     a time gives."""
     def slow(req: dict) -> dict:
-        return {"sleep": 0.3, "content": deterministic_llm(req)}  # long enough to overlap on a loaded machine
+        return {"sleep": 0.15, "content": deterministic_llm(req)}  # long enough to overlap on a loaded machine
 
     items = _messages([(i % 10, (3 * i + 1) % 10) for i in range(24)])
     got = {}
-    for n in (1, 4):
-        with FakeLLMServer(default=slow) as server:
+    for n in (1, 4):  # (one at a time needs no slow replies: nothing could overlap anyway)
+        with FakeLLMServer(default=slow if n > 1 else deterministic_llm) as server:
             cfg = Config(**{**CFG.__dict__, "llm_concurrency": n})
             with Memory(tmp_path / f"c{n}.db", embedder=FakeEmbedder(), config=cfg, llm="openai/m",
                         llm_kwargs=server.llm_kwargs(), process="manual") as mem:
