@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import apsw
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import TableEmbedder  # noqa: E402
+from scale import as_built  # noqa: E402
 
-from memsif_lite import Config, Memory  # noqa: E402
+from memsif_lite import Memory  # noqa: E402
 
 
 def main() -> None:
@@ -31,10 +30,7 @@ def main() -> None:
     ap.add_argument("--forgets", type=int, default=5)
     ap.add_argument("--out", help="write the figures here as JSON too")
     args = ap.parse_args()
-    saved = np.load(args.queries)
-    TableEmbedder.model_id, TableEmbedder.sem_levels = str(saved["model_id"]), tuple(saved["sem"].tolist())
-    emb = TableEmbedder(saved["vectors"], {str(q): i for i, q in enumerate(saved["questions"])})
-    cfg = Config() if bool(saved["real"]) else Config(sem_low=0.0, sem_high=0.64)
+    _, emb, cfg = as_built(args.queries)
     con = apsw.Connection(args.path, flags=apsw.SQLITE_OPEN_READONLY)  # (a read: which ids there are)
     first, last = con.execute("SELECT min(id), max(id) FROM messages").fetchone()
     n = max(2, args.forgets)

@@ -13,17 +13,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import TableEmbedder  # noqa: E402
+from scale import as_built  # noqa: E402
 
-from memsif_lite import Config, Memory  # noqa: E402
+from memsif_lite import Memory  # noqa: E402
 
 
 def main(path: str, n: int = 60) -> None:
-    saved = np.load(path + ".queries.npz")
-    queries = [str(q) for q in saved["questions"]]
-    TableEmbedder.model_id, TableEmbedder.sem_levels = str(saved["model_id"]), tuple(saved["sem"].tolist())
-    emb = TableEmbedder(saved["vectors"], {q: i for i, q in enumerate(queries)})
-    cfg = Config() if bool(saved["real"]) else Config(sem_low=0.0, sem_high=0.64)
+    queries, emb, cfg = as_built(path + ".queries.npz")
     with Memory(path, embedder=emb, config=cfg) as mem:
         mem.search(queries[0], k=10)
         mem.context(queries[0], budget_tokens=1000)

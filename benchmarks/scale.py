@@ -183,19 +183,28 @@ def build(n: int, path: Path, real: str | None = None) -> dict:
             "ingest_ms_per_message": round(wall * 1000 / n, 3), "ingest_cpu_ms_per_message": round(cpu * 1000 / n, 3)}
 
 
+def as_built(queries_npz: str):
+    """(questions, embedder, Config) to open a file :func:`build` wrote with, from the
+    ``.queries.npz`` saved beside it: the questions' vectors and the model id and semantic levels
+    the file records; the thresholds it was built with."""
+    from memsif_lite import Config
+
+    saved = np.load(queries_npz)
+    queries = [str(q) for q in saved["questions"]]
+    TableEmbedder.model_id, TableEmbedder.sem_levels = str(saved["model_id"]), tuple(saved["sem"].tolist())
+    emb = TableEmbedder(saved["vectors"], {q: i for i, q in enumerate(queries)})
+    return queries, emb, Config() if bool(saved["real"]) else Config(sem_low=0.0, sem_high=0.64)
+
+
 def measure(path: Path) -> dict:
     """Open a file :func:`build` wrote, in a fresh process: the first dense search after opening
     (it loads the vector cache), ``context`` and ``search`` latency over the saved questions, peak
     RSS (read before the numpy reference below allocates its matrix), then a numpy float32 scan
     over the file's own vectors for scale."""
-    from memsif_lite import Config, Memory, partition
+    from memsif_lite import Memory, partition
     from memsif_lite.int8 import dequantize
 
-    saved = np.load(str(path) + ".queries.npz")
-    queries = [str(q) for q in saved["questions"]]
-    TableEmbedder.model_id, TableEmbedder.sem_levels = str(saved["model_id"]), tuple(saved["sem"].tolist())
-    emb = TableEmbedder(saved["vectors"], {q: i for i, q in enumerate(queries)})
-    cfg = Config() if bool(saved["real"]) else Config(sem_low=0.0, sem_high=0.64)
+    queries, emb, cfg = as_built(str(path) + ".queries.npz")
     t0, c0 = time.perf_counter(), time.process_time()
     with Memory(path, embedder=emb, config=cfg) as mem:  # what `memsif process` does: the dense partition
         mem.process()                                    # trained and every message listed, if not yet
@@ -221,7 +230,7 @@ def measure(path: Path) -> dict:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         dense_ms, recall = [], []  # the dense top 50 alone, and its recall of the exact scan's (every row)
         share = partition.SCAN_SHARE
-        for qv in saved["vectors"]:
+        for qv in emb.V:
             t = time.perf_counter()
             got = mem._db.messages.nearest(qv, 50)
             dense_ms.append((time.perf_counter() - t) * 1000)
@@ -234,7 +243,7 @@ def measure(path: Path) -> dict:
     M = dequantize(np.stack(codes))
     del codes
     brute = []
-    for qv in saved["vectors"]:
+    for qv in emb.V:
         t = time.perf_counter()
         s = M @ qv
         top = np.argpartition(-s, 10)[:10]

@@ -71,6 +71,20 @@ def _fact(ftype: str, stmt: str, lines: tuple[int, ...] = (1,)) -> str:
     return json.dumps({"facts": [{"subject": "Maya", "type": ftype, "stmt": stmt, "lines": list(lines)}]})
 
 
+#: default thresholds, no retry of a failed LLM call
+PLAIN = Config(llm_retries=0)
+
+
+def _other_steps(system: str, operation: str, title: str | None = None) -> str:
+    """The scripted reply to a prompt other than extraction: the CoreFact ``operation``, no segment
+    boundary, no compatible trajectory, the segment ``title`` (none: ``{}``)."""
+    replies = {prompts.OPERATION_SYSTEM: operation, prompts.BOUNDARY_SYSTEM: '{"continues": false}',
+               prompts.TRAJECTORY_SYSTEM: '{"compatible": []}'}
+    if title is not None:
+        replies[prompts.TITLE_SYSTEM] = json.dumps({"title": title})
+    return replies.get(system, "{}")
+
+
 def _open(path: Path, embedder: Any, server: Any, config: Config = CFG, process: str = "inline") -> Memory:
     return Memory(path, embedder=embedder, config=config, llm="openai/test-model", process=process,
                   llm_kwargs=server.llm_kwargs())
@@ -150,8 +164,7 @@ def test_a_title_evidence_and_facts_worded_beside_the_forgotten_message_lose_its
     _route(llm_server, {"title": ['{"title": "Quillfeather bakery visit"}'],
                         "extract": [_fact("Preference", "Maya loves the kombucha of Quillfeather bakery", (2,))]})
     path = tmp_path / "m.db"
-    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:  # the default thresholds: A and B share a segment
+    with _open(path, embedder, llm_server, PLAIN, "inline") as mem:  # the default thresholds: A and B share a segment
         a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
         b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
         mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
@@ -234,8 +247,7 @@ def test_a_pending_candidate_worded_from_the_forgotten_message_is_not_written(tm
          "lines": [1, 2]},
         {"subject": "Maya", "type": "Preference", "stmt": "Maya loves kombucha", "lines": [2]}]})]})
     path = tmp_path / "m.db"
-    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="manual",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
+    with _open(path, embedder, llm_server, PLAIN, "manual") as mem:
         a = mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
         b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
         mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
@@ -259,8 +271,7 @@ def test_a_queued_candidate_still_citing_a_forgotten_message_writes_nothing(tmp_
         {"subject": "Maya", "type": "Preference", "stmt": "Maya loves the kombucha of Quillfeather bakery",
          "lines": [1, 2]}]})]})
     path = tmp_path / "m.db"
-    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="manual",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
+    with _open(path, embedder, llm_server, PLAIN, "manual") as mem:
         mem.add("Maya", "Quillfeather bakery makes the kombucha I adore.", at=T)
         b = mem.add("Maya", "I love kombucha.", at=T + timedelta(minutes=5))
         mem.add("Leo", "Did you see the football match?", at=T + timedelta(days=3))
@@ -274,8 +285,7 @@ def test_a_queued_candidate_still_citing_a_forgotten_message_writes_nothing(tmp_
         con.execute("UPDATE work_queue SET payload=replace(payload, '[1, 2]', '[99, 2]') WHERE kind='fact'")
     finally:
         con.close()
-    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="manual",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
+    with _open(path, embedder, llm_server, PLAIN, "manual") as mem:
         mem.process()
         assert mem.facts() == [] and b in [m.id for m in mem.messages()]
 
@@ -343,14 +353,11 @@ def test_a_fact_worded_again_after_a_forget_takes_the_slot_of_its_new_wording(tm
             if "favourite beverage" in user:
                 return _fact("Preference", "Maya's favourite beverage is kombucha")
             return '{"facts": "broken"}' if "favourite drink" in user else '{"facts": []}'
-        return {prompts.OPERATION_SYSTEM: '{"op": "merge", "target": 1}',
-                prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
-                prompts.TITLE_SYSTEM: '{"title": "Small talk"}'}.get(system, "{}")
+        return _other_steps(system, '{"op": "merge", "target": 1}', "Small talk")
 
     llm_server.default = reply
     path = tmp_path / "m.db"
-    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
+    with _open(path, embedder, llm_server, PLAIN, "inline") as mem:
         a = mem.add("Maya", "My favourite drink is kombucha.", at=T - timedelta(days=20))
         mem.add("Leo", "Did you see the football match?", at=T - timedelta(days=10))
         b = mem.add("Maya", "My favourite beverage is kombucha.", at=T)
@@ -373,14 +380,11 @@ def test_the_log_of_a_merge_worded_beside_the_forgotten_message_loses_its_words(
             if "I love kombucha" in user:
                 return _fact("Preference", "Maya loves the kombucha of the zorblax bakery", (2,))
             return _fact("Preference", "Maya loves kombucha") if "every single day" in user else '{"facts": []}'
-        return {prompts.OPERATION_SYSTEM: '{"op": "merge", "target": 1}',
-                prompts.BOUNDARY_SYSTEM: '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
-                prompts.TITLE_SYSTEM: '{"title": "Drinks"}'}.get(system, "{}")
+        return _other_steps(system, '{"op": "merge", "target": 1}', "Drinks")
 
     llm_server.default = reply
     path = tmp_path / "m.db"
-    with Memory(path, embedder=embedder, config=Config(llm_retries=0), llm="openai/test-model", process="inline",
-                llm_kwargs=llm_server.llm_kwargs()) as mem:
+    with _open(path, embedder, llm_server, PLAIN, "inline") as mem:
         z = mem.add("Maya", "Kombucha every single day for me.", at=T - timedelta(days=20))
         mem.add("Leo", "Did you see the football match?", at=T - timedelta(days=10))
         a = mem.add("Maya", "The zorblax bakery makes the kombucha I adore.", at=T)
@@ -408,8 +412,7 @@ def _forget_while_deciding(tmp_path: Path, embedder: Any, llm_server: Any, block
         if system == prompts.EXTRACT_SYSTEM:
             return _fact("Preference", "Maya loves the kombucha of Quillfeather bakery", (2,)) \
                 if "Quillfeather" in user else _fact("Preference", "Maya loves kombucha")
-        return {prompts.OPERATION_SYSTEM: '{"op": "add", "target": null}', prompts.BOUNDARY_SYSTEM:
-                '{"continues": false}', prompts.TRAJECTORY_SYSTEM: '{"compatible": []}'}.get(system, "{}")
+        return _other_steps(system, '{"op": "add", "target": null}')
 
     llm_server.default = reply
     return _forget_while_waiting(tmp_path, embedder, llm_server, asked, release, [
