@@ -105,10 +105,8 @@ def unpack(raw: Any) -> Any:
 
 
 def _text(raw: Any) -> bytes | None:
-    """The JSON text (UTF-8, not checked) of a stored image :func:`pack` wrote, or of the JSON text
-    a file of schema 13 to 15 kept; None when it is neither."""
-    if isinstance(raw, str):
-        return raw.encode("utf-8", "surrogatepass")
+    """The JSON text (UTF-8, not checked) of a stored image :func:`pack` wrote; None when it is not
+    one (then :meth:`Rewind.erase` parses it, as it did every image)."""
     if not isinstance(raw, bytes) or not raw or raw[0] != _DEFLATE:
         return None
     try:
