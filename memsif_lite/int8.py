@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["quantize", "dequantize", "cosine_distances"]
+__all__ = ["quantize", "dequantize", "cosine_distances", "squared_norms"]
+
+#: rows converted to float32 at a time by :func:`squared_norms` (fits the CPU cache)
+_BLOCK = 1024
 
 
 def quantize(v: np.ndarray) -> np.ndarray:
@@ -36,3 +39,20 @@ def cosine_distances(dots: np.ndarray, sq_rows: np.ndarray, sq_query: float) -> 
     den = np.sqrt(sq_rows) * np.sqrt(np.float64(sq_query))
     with np.errstate(divide="ignore", invalid="ignore"):
         return (1.0 - dots.astype(np.float64) / den).astype(np.float32)
+
+
+def squared_norms(codes: np.ndarray) -> np.ndarray:
+    """Exact squared norms of int8 code rows (as float64, the cosine's denominator). In float32
+    blocks while every partial sum is an integer float32 holds exactly (``128² · dim < 2²⁴``:
+    dimension up to 1,023, whatever codes a file holds), about twice as fast as numpy's integer
+    product; in int32 above that."""
+    n, dim = codes.shape
+    if 128 * 128 * dim >= 1 << 24:
+        return np.einsum("ij,ij->i", codes, codes, dtype=np.int32, casting="unsafe").astype(np.float64)
+    out = np.empty(n, dtype=np.float64)
+    block = np.empty((min(n, _BLOCK), dim), dtype=np.float32)
+    for s in range(0, n, _BLOCK):
+        m = block[:min(_BLOCK, n - s)]
+        np.copyto(m, codes[s:s + _BLOCK], casting="unsafe")
+        out[s:s + len(m)] = np.einsum("ij,ij->i", m, m)
+    return out

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, raw
 from memsif_lite import Memory, store
 from memsif_lite.db import Database
-from memsif_lite.int8 import dequantize, quantize
+from memsif_lite.int8 import dequantize, quantize, squared_norms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -47,6 +47,22 @@ def test_quantisation_keeps_the_direction():
     cos = np.einsum("ij,ij->i", dequantize(q), v)
     assert cos.min() > 0.999
     assert not quantize(np.zeros(8)).any()
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 2100), dim=st.sampled_from([1, 7, 384, 1023, 1024, 1536]),
+       extreme=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_squared_norms_are_exact_at_any_dimension(seed, n, dim, extreme):
+    """The cosine's denominators, computed in float32 blocks below dimension 1,024: equal to the
+    integer sums for any codes a file may hold (-128 included), across block edges and above the
+    dimension where float32 would round."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(-128, 128, size=(n, dim), dtype=np.int8)
+    if extreme:  # the largest sums: every code at the edge, signs mixed (odd sums above 2**24 if float32 ran)
+        codes = np.where(rng.random((n, dim)) < 0.5, np.int8(-128), np.int8(127)).astype(np.int8)
+    want = (codes.astype(np.int64) ** 2).sum(axis=1).astype(np.float64)
+    got = squared_norms(codes)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
 
 
 @settings(max_examples=40, deadline=None)

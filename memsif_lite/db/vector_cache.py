@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import apsw
 import numpy as np
 
-from ..int8 import cosine_distances, quantize
+from ..int8 import cosine_distances, quantize, squared_norms
 from .. import partition as dense
 from ..partition import NONE, Centroids, probe
 from .partition import EMPTY, ListMap, PartitionRows
@@ -179,7 +179,7 @@ class VectorCache:
             elif op == "set" and len(at):
                 assert code is not None
                 self._codes[at[0]] = code
-                self._sq[at[0]] = _squared_norms(code[None, :])[0]
+                self._sq[at[0]] = squared_norms(code[None, :])[0]
             else:
                 assert code is not None
                 self._append(np.array([mid], dtype=np.int64), code[None, :], None if when is None else [when])
@@ -285,7 +285,7 @@ class VectorCache:
                     at = np.concatenate([place.pop(r[0]) for r in group if r[0] in place] or [np.empty(0, np.int64)])
                     if len(at) != m:
                         raise ValueError(f"{t}: the chunks changed between two reads")
-                self._ids[at], self._codes[at], self._sq[at] = ids, codes, _squared_norms(codes)
+                self._ids[at], self._codes[at], self._sq[at] = ids, codes, squared_norms(codes)
                 n += m
             if n != total:
                 raise ValueError(f"{t}: {n} valid rows in the chunks, {total} rowids")
@@ -386,7 +386,7 @@ class VectorCache:
                 if code is not None and (allowed is None or allowed.admits(rid, when))]
         if live and k > 0:
             codes = np.stack([c for _, c in live])
-            dist = cosine_distances(codes.astype(np.float32) @ qf, _squared_norms(codes), float(qf @ qf))
+            dist = cosine_distances(codes.astype(np.float32) @ qf, squared_norms(codes), float(qf @ qf))
             hits += [(rid, float(d)) for (rid, _), d in zip(live, dist, strict=True)]
         return sorted(hits, key=lambda h: (h[1], h[0]))[:k]
 
@@ -533,7 +533,7 @@ class VectorCache:
         self._grow(need)
         self._codes[self._n:need] = codes
         self._ids[self._n:need] = ids
-        self._sq[self._n:need] = _squared_norms(codes)
+        self._sq[self._n:need] = squared_norms(codes)
         if self.append_only:
             self._lists[self._n:need] = self._list_map.lookup(ids)
             held = _time_code(times) if times is not None else None
@@ -638,8 +638,3 @@ def _time_code(times: Sequence[Any]) -> np.ndarray | None:
     if not joined.isascii() or "\0" in joined or max(map(len, times), default=0) > TIME_BYTES:
         return None
     return np.array(times, dtype=f"S{TIME_BYTES}")
-
-
-def _squared_norms(codes: np.ndarray) -> np.ndarray:
-    """Exact squared norms of int8 code rows (as float64, the cosine's denominator)."""
-    return np.einsum("ij,ij->i", codes, codes, dtype=np.int32, casting="unsafe").astype(np.float64)
