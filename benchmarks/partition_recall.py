@@ -2,6 +2,7 @@
 exact int8 top 50 the nearest lists holding a share of the rows keep, for each share.
 
     python benchmarks/partition_recall.py --data ../shared/data/locomo --out results/partition_recall.json
+    python benchmarks/partition_recall.py --sentences 160000 --out results/partition_recall_sentences.json
 
 Corpus: every passage vector in ``benchmarks/.cache`` (the bundled model's vectors of the LoCoMo
 and MemoryBank turns, made by the other benchmarks), deduplicated, as int8 codes; lists trained
@@ -10,13 +11,29 @@ size, ``assign``, ``probe``). Queries: the LoCoMo dev questions (bundled model, 
 split by conversation: the share is chosen on the first half (conversations 1, 3, 5 of the
 folder) and reported on the other (2, 4). The synthetic rows of ``scale.py`` are far easier (a
 topic's messages sit around one centre): ``scale.py`` reports their recall at 1M.
+
+``--sentences N``: how recall moves as the lists grow (more rows a list, as at a million messages),
+on N distinct real sentences, more than the LoCoMo and MemoryBank turns can give: the sentences of
+this Python's standard library and of the packages installed beside memsif (docstrings, comments
+and text files: ``pip install -e '.[test]'`` gives ~270,000), deduplicated, shuffled with a fixed
+seed; 200 more of them asked as questions (query prefix; they are not in the corpus). Lists trained
+as above on the first quarter, half and all of the corpus, each time with the lists ``memsif
+process`` makes for that many rows and again with as many rows a list as it makes for a million
+(500). The same Python and packages give the same sentences. Embedding them takes ~10 minutes on
+two cores the first time (kept in ``benchmarks/.cache/sentences/``). The replicated LoCoMo text of
+``scale.py`` cannot measure this: each passage is there ~360 times with the same vector, so the
+exact top 50 are copies of one or two passages, all in the same list.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
+import re
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -30,13 +47,24 @@ from memsif_lite import partition  # noqa: E402
 from memsif_lite.int8 import cosine_distances, quantize  # noqa: E402
 
 SHARES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+#: with --sentences: up to the share that keeps 0.98 of the exact top 50
+GROWTH_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+QUESTIONS = 200
+MILLION = 1_000_000
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--data", help="the LoCoMo folder (questions for the default corpus)")
+    ap.add_argument("--sentences", type=int, help="measure on this many local sentences instead")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if args.sentences:
+        Path(args.out).write_text(json.dumps(growth(args.sentences), indent=2))
+        return
+    if not args.data:
+        ap.error("--data or --sentences")
     from memsif_lite.embed import OnnxEmbedder
 
     cache = Path(__file__).resolve().parent / ".cache"
@@ -49,33 +77,136 @@ def main() -> None:
     for i, (_, sample) in enumerate(conversation_files(args.data)):
         halves[i % 2] += [str(q["question"]) for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
     emb = OnnxEmbedder()
-    lists = partition.list_count(n)
-    size = min(n, partition.MAX_SAMPLE, partition.SAMPLE_PER_LIST * lists)
     t = time.process_time()
-    centroids = partition.train(codes[np.sort(np.random.default_rng(n).choice(n, size, replace=False))], lists)
-    assigned = partition.assign(codes, centroids)
+    lists, centroids, assigned, sizes = lists_of(codes)
     build_s = time.process_time() - t
-    sizes = np.bincount(assigned, minlength=lists)
     out: dict = {"corpus": n, "lists": lists, "build_cpu_s": round(build_s, 2), "machine": machine(),
                  "date": time.strftime("%Y-%m-%d"), "halves": []}
     for name, questions in zip(("choose", "report"), halves, strict=True):
         qv = emb.embed(questions, kind="query")
-        rows = []
-        for share in SHARES:
-            recall, scanned = [], []
-            for q in qv:
-                qf = quantize(q).astype(np.float32)
-                d = cosine_distances(codes.astype(np.float32) @ qf, sq, float(qf @ qf))
-                exact = set(np.lexsort((np.arange(n), d))[:50].tolist())
-                chosen = partition.probe(centroids, sizes, qf, int(share * n))  # no floor of 64 a result
-                cand = np.flatnonzero(np.isin(assigned, chosen))
-                scanned.append(len(cand) / n)
-                recall.append(len(exact & set(cand.tolist())) / 50)
-            rows.append({"share": share, "scanned": round(float(np.mean(scanned)), 3),
-                         "recall_at_50": round(float(np.mean(recall)), 4), "min": round(float(np.min(recall)), 2)})
-            print(name, len(questions), rows[-1], flush=True)
-        out["halves"].append({"half": name, "questions": len(questions), "rows": rows})
+        rows = recall_rows(codes, sq, centroids, assigned, sizes, qv, SHARES, name)
+        out["halves"].append({"half": name, "questions": len(questions), "rows": rows,
+                              "sign_bits": sign_bit_rows(codes, sq, qv)})
     Path(args.out).write_text(json.dumps(out, indent=2))
+
+
+def lists_of(codes: np.ndarray, lists: int | None = None) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """(lists, centroids, each row's list, each list's size), trained as ``memsif process`` trains
+    them (``partitioning.refresh``: ``list_count``, a sample of the same size, ``train``, ``assign``);
+    ``lists``: that many instead of ``list_count``'s."""
+    n = len(codes)
+    lists = partition.list_count(n) if lists is None else lists
+    size = min(n, partition.MAX_SAMPLE, partition.SAMPLE_PER_LIST * lists)
+    centroids = partition.train(codes[np.sort(np.random.default_rng(n).choice(n, size, replace=False))], lists)
+    assigned = partition.assign(codes, centroids)
+    return lists, centroids, assigned, np.bincount(assigned, minlength=lists)
+
+
+def recall_rows(codes: np.ndarray, sq: np.ndarray, centroids: np.ndarray, assigned: np.ndarray, sizes: np.ndarray,
+                qv: np.ndarray, shares: tuple[float, ...], label: str) -> list[dict]:
+    """For each share: the mean share of rows scanned, and the mean and worst recall of the exact
+    int8 top 50 (ties by row) among the rows of the lists ``probe`` picks."""
+    n = len(codes)
+    qfs = [quantize(q).astype(np.float32) for q in qv]
+    exact = []
+    for qf in qfs:
+        d = cosine_distances(codes.astype(np.float32) @ qf, sq, float(qf @ qf))
+        exact.append(set(np.lexsort((np.arange(n), d))[:50].tolist()))
+    rows = []
+    for share in shares:
+        recall, scanned = [], []
+        for qf, top in zip(qfs, exact, strict=True):
+            chosen = partition.probe(centroids, sizes, qf, int(share * n))  # no floor of 64 a result
+            cand = np.flatnonzero(np.isin(assigned, chosen))
+            scanned.append(len(cand) / n)
+            recall.append(len(top & set(cand.tolist())) / 50)
+        rows.append({"share": share, "scanned": round(float(np.mean(scanned)), 3),
+                     "recall_at_50": round(float(np.mean(recall)), 4), "min": round(float(np.min(recall)), 2)})
+        print(label, len(qv), rows[-1], flush=True)
+    return rows
+
+
+def local_sentences() -> list[str]:
+    """Distinct sentences of 40-220 characters, six words or more, mostly letters, from this
+    Python's standard library and the running environment's ``site-packages`` (``.py``, ``.md``,
+    ``.rst``, ``.txt``), in a fixed order."""
+    paths = sysconfig.get_paths()
+    seen: dict[str, None] = {}
+    for d, dirs, files in (w for root in (paths["stdlib"], paths["purelib"]) for w in os.walk(root)):
+        dirs[:] = sorted(x for x in dirs if x not in ("site-packages", "__pycache__"))
+        for f in sorted(files):
+            if not f.endswith((".py", ".md", ".rst", ".txt")):
+                continue
+            try:
+                text = Path(d, f).read_text(errors="ignore")[:400_000]
+            except OSError:
+                continue
+            for part in _SENTENCE_END.split(text):
+                s = " ".join(part.replace("#", " ").replace('"""', " ").split())
+                if (40 <= len(s) <= 220 and len(s.split()) >= 6
+                        and sum(c.isalpha() or c == " " for c in s) >= 0.85 * len(s)):
+                    seen.setdefault(s)
+    return list(seen)
+
+
+def growth(n: int) -> dict:
+    """Recall by share on the first quarter, half and all of ``n`` local sentences (:func:`local_sentences`)."""
+    from memsif_lite.embed import OnnxEmbedder
+
+    sentences = local_sentences()
+    order = np.random.default_rng(0).permutation(len(sentences))
+    if len(order) < n + QUESTIONS:
+        raise SystemExit(f"only {len(order)} sentences here")
+    picked = [sentences[i] for i in order[:n + QUESTIONS]]
+    key = hashlib.sha256("\n".join(picked).encode()).hexdigest()[:16]
+    store = Path(__file__).resolve().parent / ".cache" / "sentences" / f"{n}-{key}.npz"
+    if store.exists():
+        saved = np.load(store)
+        passages, questions = saved["passages"], saved["questions"]
+    else:
+        emb = OnnxEmbedder()
+        questions = emb.embed(picked[:QUESTIONS], kind="query")
+        passages = np.concatenate([emb.embed(picked[s:s + 2048], kind="passage")
+                                   for s in range(QUESTIONS, n + QUESTIONS, 2048)])
+        store.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(store, passages=passages, questions=questions)
+    out: dict = {"sentences_available": len(sentences), "questions": QUESTIONS, "machine": machine(),
+                 "date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0], "sizes": []}
+    for size in (n // 4, n // 2, n):
+        codes = quantize(passages[:size])
+        wide = codes.astype(np.int32)
+        sq = np.einsum("ij,ij->i", wide, wide).astype(np.float64)
+        # the package's lists for this many rows, then as many rows a list as it makes for a million
+        for lists in (partition.list_count(size), round(size * partition.list_count(MILLION) / MILLION)):
+            lists, centroids, assigned, sizes = lists_of(codes, lists)
+            rows = recall_rows(codes, sq, centroids, assigned, sizes, questions, GROWTH_SHARES,
+                               f"{size} rows, {lists} lists")
+            out["sizes"].append({"rows": size, "lists": lists, "rows_per_list": round(size / lists, 1),
+                                 "rows_by_share": rows})
+    out["sign_bits"] = sign_bit_rows(codes, sq, questions)
+    return out
+
+
+def sign_bit_rows(codes: np.ndarray, sq: np.ndarray, qv: np.ndarray) -> list[dict]:
+    """The other design issue 31 names, for comparison (not in the package): each row's sign bits
+    around the corpus's mean code (48 bytes at dimension 384), every row's Hamming distance to the
+    query's bits, and the exact int8 ranking of the nearest ``shortlist`` share of all rows."""
+    mean = codes.astype(np.float32).mean(axis=0)
+    bits = np.packbits(codes.astype(np.float32) > mean, axis=1)
+    n, shortlists = len(codes), (0.02, 0.05, 0.1)
+    wide = codes.astype(np.float32)
+    recall: dict[float, list[float]] = {s: [] for s in shortlists}
+    for q in qv:
+        qf = quantize(q).astype(np.float32)
+        exact = set(np.lexsort((np.arange(n), cosine_distances(wide @ qf, sq, float(qf @ qf))))[:50].tolist())
+        ham = np.unpackbits(bits ^ np.packbits(qf > mean), axis=1).sum(axis=1)
+        order = np.argsort(ham, kind="stable")
+        for s in shortlists:
+            recall[s].append(len(exact & set(order[:int(s * n)].tolist())) / 50)
+    out = [{"shortlist": s, "recall_at_50": round(float(np.mean(r)), 4), "min": round(float(np.min(r)), 2)}
+           for s, r in recall.items()]
+    print("sign bits", out, flush=True)
+    return out
 
 
 if __name__ == "__main__":
