@@ -46,7 +46,7 @@ from locomo import CATEGORIES  # noqa: E402
 from memsif_lite import partition  # noqa: E402
 from memsif_lite.int8 import cosine_distances, quantize  # noqa: E402
 
-SHARES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+SHARES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
 #: with --sentences: up to the share that keeps 0.98 of the exact top 50
 GROWTH_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 QUESTIONS = 200

@@ -229,14 +229,14 @@ def measure(path: Path) -> dict:
         cache_bytes = sum(c.nbytes for c in mem._db.caches)  # benchmark-only peek: all vector caches
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         dense_ms, recall = [], []  # the dense top 50 alone, and its recall of the exact scan's (every row)
-        share = partition.SCAN_SHARE
+        share, cap = partition.SCAN_SHARE, partition.SCAN_ROWS
         for qv in emb.V:
             t = time.perf_counter()
             got = mem._db.messages.nearest(qv, 50)
             dense_ms.append((time.perf_counter() - t) * 1000)
-            partition.SCAN_SHARE = 1.0
+            partition.SCAN_SHARE, partition.SCAN_ROWS = 1.0, mem._db.messages.cache.size
             truth = mem._db.messages.nearest(qv, 50)
-            partition.SCAN_SHARE = share
+            partition.SCAN_SHARE, partition.SCAN_ROWS = share, cap
             recall.append(len({m for m, _ in got} & {m for m, _ in truth}) / max(1, len(truth)))
         listed = mem._db.vectors._index is not None
         codes = [np.frombuffer(r[0], dtype=np.int8) for r in mem._db.con.execute("SELECT embedding FROM message_vec")]
@@ -264,7 +264,7 @@ def measure(path: Path) -> dict:
         "dense50_ms_p50": p(dense_ms, 50), "dense50_ms_p95": p(dense_ms, 95),
         "dense_recall_at_50": round(float(np.mean(recall)), 4),
         "dense_recall_at_50_min": round(float(np.min(recall)), 4),
-        "partition_used": listed, "scan_share": share,
+        "partition_used": listed, "scan_share": share, "scan_rows": cap,
         "context_over_scan": round(p(ctx_ms, 50) / scan, 2),
         "search_over_scan": round(p(search_ms, 50) / scan, 2),
         "open_ms": round(open_ms, 1), "open_cpu_ms": round(open_cpu_ms, 1),

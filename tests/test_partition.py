@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsif_lite import Memory, partition
+from memsif_lite.int8 import quantize
 from memsif_lite.partitioning import refresh
 from memsif_lite.db.vector_cache import VectorCache
 
@@ -137,6 +138,30 @@ def test_any_share_returns_true_rows_in_exact_order(filled, monkeypatch, share, 
     assert got == sorted(got, key=lambda h: (h[1], h[0]))
     if share == 1.0:
         assert got == exact(filled, qv, k)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(share=st.floats(0.0, 1.0), cap=st.integers(0, 3000), k=st.integers(1, 60), topic=st.integers(0, TOPICS - 1))
+def test_a_search_scans_its_share_up_to_the_row_cap(filled, monkeypatch, share, cap, k, topic):
+    """The nearest lists are taken until they hold SCAN_SHARE of the rows, but never more than
+    SCAN_ROWS (at least 64 a result): the scan stops within one list of that, whatever the share;
+    the rows it ranks are still ranked exactly."""
+    monkeypatch.setattr(partition, "SCAN_SHARE", share)
+    monkeypatch.setattr(partition, "SCAN_ROWS", cap)
+    qv = query(topic)
+    got = filled._db.messages.nearest(qv, k)  # (also brings the cache and its index up to date)
+    cache = filled._db.vectors
+    rows = cache._probed_rows(quantize(qv).astype(np.float32), k)
+    assert rows is not None
+    scanned = sum(b - a for a, b in rows) if isinstance(rows, list) else len(rows)
+    budget = min(int(share * cache.size), cap)
+    ix = cache._index
+    assert ix is not None
+    unlisted = cache.size - int(ix.sizes.sum())
+    assert min(max(budget, 64 * k), cache.size) <= scanned < max(budget, 64 * k) + int(ix.sizes.max()) + unlisted
+    truth = dict(exact(filled, qv, 10_000))
+    assert [d for _, d in got] == sorted(d for _, d in got)
+    assert all(truth[m] == pytest.approx(d, abs=1e-6) for m, d in got)
 
 
 def test_damage_costs_recall_only_check_names_it_and_process_repairs_it(filled, db):

@@ -392,8 +392,8 @@ class VectorCache:
 
     def _probed_rows(self, qf: np.ndarray, k: int) -> np.ndarray | list[tuple[int, int]] | None:
         """The rows an unfiltered search scans: all (None) below ``MIN_ROWS`` or without a
-        partition; else those of the nearest lists holding ``SCAN_SHARE`` of the rows (at least
-        64 per result asked), and every row with no list yet — as runs of positions (start, end)
+        partition; else those of the nearest lists holding :func:`~memsif_lite.partition.scan_budget`
+        rows, and every row with no list yet — as runs of positions (start, end)
         when the rows are laid out list by list, else as positions."""
         if self._centroids is None or self._n < dense.MIN_ROWS or not self.append_only:
             return None
@@ -401,7 +401,7 @@ class VectorCache:
         if ix is None or len(ix.sizes) != self._centroids.lists or self._n - ix.n > max(4096, ix.n // 20):
             # (rows appended since the index was made are scanned as they are, up to a twentieth more)
             ix = self._index = _Index.build(self._lists[:self._n], self._centroids.lists)
-        chosen = np.sort(probe(self._centroids.vectors, ix.sizes, qf, max(int(dense.SCAN_SHARE * self._n), 64 * k)))
+        chosen = np.sort(probe(self._centroids.vectors, ix.sizes, qf, dense.scan_budget(self._n, k)))
         order = ix.order
         if order is None:
             runs = [(int(ix.starts[j]), int(ix.starts[j + 1])) for j in chosen.tolist()]
