@@ -4,25 +4,28 @@ exact int8 top 50 the nearest lists holding a share of the rows keep, for each s
     python benchmarks/partition_recall.py --data ../shared/data/locomo --out results/partition_recall.json
     python benchmarks/partition_recall.py --sentences 160000 --out results/partition_recall_sentences.json
 
-Corpus: every passage vector in ``benchmarks/.cache`` (the bundled model's vectors of the LoCoMo
-and MemoryBank turns, made by the other benchmarks), deduplicated, as int8 codes; lists trained
-exactly as ``memsif process`` trains them (``partition.list_count``, ``train`` on the same sample
-size, ``assign``, ``probe``). Queries: the LoCoMo dev questions (bundled model, query prefix),
-split by conversation: the share is chosen on the first half (conversations 1, 3, 5 of the
-folder) and reported on the other (2, 4). The synthetic rows of ``scale.py`` are far easier (a
-topic's messages sit around one centre): ``scale.py`` reports their recall at 1M.
+Corpus: every single vector in ``benchmarks/.cache`` (the bundled model's vectors of the LoCoMo
+and MemoryBank turns and of derived statements, made by the other benchmarks: which ones depends on
+what ran on the machine), deduplicated, as int8 codes; lists trained exactly as ``memsif process``
+trains them (``partition.list_count``, ``train`` on the same sample size, ``assign``, ``probe``).
+Queries: the LoCoMo dev questions (bundled model, query prefix), split by conversation: the share is
+chosen on the first half (conversations 1, 3, 5 of the folder) and reported on the other (2, 4). The
+synthetic rows of ``scale.py`` are far easier (a topic's messages sit around one centre):
+``scale.py`` reports their recall at 1M.
 
 ``--sentences N``: how recall moves as the lists grow (more rows a list, as at a million messages),
 on N distinct real sentences, more than the LoCoMo and MemoryBank turns can give: the sentences of
 this Python's standard library and of the packages installed beside memsif (docstrings, comments
 and text files: ``pip install -e '.[test]'`` gives ~270,000), deduplicated, shuffled with a fixed
-seed; 200 more of them asked as questions (query prefix; they are not in the corpus). Lists trained
-as above on the first quarter, half and all of the corpus, each time with the lists ``memsif
-process`` makes for that many rows and again with as many rows a list as it makes for a million
-(500). The same Python and packages give the same sentences. Embedding them takes ~10 minutes on
-two cores the first time (kept in ``benchmarks/.cache/sentences/``). The replicated LoCoMo text of
-``scale.py`` cannot measure this: each passage is there ~360 times with the same vector, so the
-exact top 50 are copies of one or two passages, all in the same list.
+seed; 400 others asked as questions (query prefix), 200 to choose on and 200 to report on. On the
+first quarter, half and all of the corpus, three sets of lists: those ``memsif process`` trains for
+that many rows; those it trained at a quarter of them (kept until the file has grown fourfold:
+the most rows a list a search meets, twice the first); and as many rows a list as it trains for a
+million (500). The same Python and packages give the same sentences (``corpus_key`` in the output
+names them). Embedding them takes ~10 minutes on two cores the first time (kept in
+``benchmarks/.cache/sentences/``). The replicated LoCoMo text of ``scale.py`` cannot measure this:
+each passage is there ~360 times with the same vector, so the exact top 50 are copies of one or two
+passages, all in the same list.
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ from _common import conversation_files, machine  # noqa: E402
 from locomo import CATEGORIES  # noqa: E402
 
 from memsif_lite import partition  # noqa: E402
-from memsif_lite.int8 import cosine_distances, quantize  # noqa: E402
+from memsif_lite.int8 import cosine_distances, quantize, squared_norms  # noqa: E402
 
 SHARES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
 #: with --sentences: up to the share that keeps 0.98 of the exact top 50
-GROWTH_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+GROWTH_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 QUESTIONS = 200
 MILLION = 1_000_000
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
@@ -60,19 +63,18 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, help="measure on this many local sentences instead")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if bool(args.sentences) == bool(args.data):
+        ap.error("give --data or --sentences")
     if args.sentences:
         Path(args.out).write_text(json.dumps(growth(args.sentences), indent=2))
         return
-    if not args.data:
-        ap.error("--data or --sentences")
     from memsif_lite.embed import OnnxEmbedder
 
     cache = Path(__file__).resolve().parent / ".cache"
     vs = [z[k] for f in sorted(cache.glob("*.npz")) for z in [np.load(f)] for k in z.files if z[k].shape == (384,)]
     codes = np.unique(quantize(np.stack(vs)), axis=0)
     n = len(codes)
-    wide = codes.astype(np.int32)
-    sq = np.einsum("ij,ij->i", wide, wide).astype(np.float64)
+    sq = squared_norms(codes)
     halves: list[list[str]] = [[], []]
     for i, (_, sample) in enumerate(conversation_files(args.data)):
         halves[i % 2] += [str(q["question"]) for q in sample.get("qa", []) if q.get("category") in CATEGORIES]
@@ -90,11 +92,13 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(out, indent=2))
 
 
-def lists_of(codes: np.ndarray, lists: int | None = None) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+def lists_of(codes: np.ndarray, lists: int | None = None, trained_on: int | None = None
+             ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     """(lists, centroids, each row's list, each list's size), trained as ``memsif process`` trains
-    them (``partitioning.refresh``: ``list_count``, a sample of the same size, ``train``, ``assign``);
-    ``lists``: that many instead of ``list_count``'s."""
-    n = len(codes)
+    them (``partitioning.refresh``: ``list_count``, a sample of the same size, ``train``, ``assign``
+    of every row); ``lists``: that many instead of ``list_count``'s; ``trained_on``: as trained when
+    the file held only its first so many rows (the lists it keeps until it has grown fourfold)."""
+    n = len(codes) if trained_on is None else trained_on
     lists = partition.list_count(n) if lists is None else lists
     size = min(n, partition.MAX_SAMPLE, partition.SAMPLE_PER_LIST * lists)
     centroids = partition.train(codes[np.sort(np.random.default_rng(n).choice(n, size, replace=False))], lists)
@@ -150,40 +154,49 @@ def local_sentences() -> list[str]:
 
 
 def growth(n: int) -> dict:
-    """Recall by share on the first quarter, half and all of ``n`` local sentences (:func:`local_sentences`)."""
+    """Recall by share on the first quarter, half and all of ``n`` local sentences
+    (:func:`local_sentences`), for two disjoint sets of questions (choose, report)."""
     from memsif_lite.embed import OnnxEmbedder
 
     sentences = local_sentences()
     order = np.random.default_rng(0).permutation(len(sentences))
-    if len(order) < n + QUESTIONS:
+    if len(order) < n + QUESTIONS + 2 * QUESTIONS:
         raise SystemExit(f"only {len(order)} sentences here")
+    # the corpus: sentences QUESTIONS .. n + QUESTIONS of the shuffled order (the first QUESTIONS are
+    # not used: they were an earlier version's questions, and the cached embeddings stay valid);
+    # the questions: the last 2 × QUESTIONS, never in any corpus
     picked = [sentences[i] for i in order[:n + QUESTIONS]]
     key = hashlib.sha256("\n".join(picked).encode()).hexdigest()[:16]
     store = Path(__file__).resolve().parent / ".cache" / "sentences" / f"{n}-{key}.npz"
+    emb = OnnxEmbedder()
     if store.exists():
-        saved = np.load(store)
-        passages, questions = saved["passages"], saved["questions"]
+        passages = np.load(store)["passages"]
     else:
-        emb = OnnxEmbedder()
-        questions = emb.embed(picked[:QUESTIONS], kind="query")
         passages = np.concatenate([emb.embed(picked[s:s + 2048], kind="passage")
                                    for s in range(QUESTIONS, n + QUESTIONS, 2048)])
         store.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(store, passages=passages, questions=questions)
-    out: dict = {"sentences_available": len(sentences), "questions": QUESTIONS, "machine": machine(),
-                 "date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0], "sizes": []}
+        np.savez(store, passages=passages)
+    asked = emb.embed([sentences[i] for i in order[-2 * QUESTIONS:]], kind="query")
+    halves = {"choose": asked[:QUESTIONS], "report": asked[QUESTIONS:]}
+    out: dict = {"sentences_available": len(sentences), "corpus_key": key, "questions": QUESTIONS,
+                 "machine": machine(), "date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0],
+                 "sizes": []}
     for size in (n // 4, n // 2, n):
         codes = quantize(passages[:size])
-        wide = codes.astype(np.int32)
-        sq = np.einsum("ij,ij->i", wide, wide).astype(np.float64)
-        # the package's lists for this many rows, then as many rows a list as it makes for a million
-        for lists in (partition.list_count(size), round(size * partition.list_count(MILLION) / MILLION)):
-            lists, centroids, assigned, sizes = lists_of(codes, lists)
-            rows = recall_rows(codes, sq, centroids, assigned, sizes, questions, GROWTH_SHARES,
-                               f"{size} rows, {lists} lists")
-            out["sizes"].append({"rows": size, "lists": lists, "rows_per_list": round(size / lists, 1),
-                                 "rows_by_share": rows})
-    out["sign_bits"] = sign_bit_rows(codes, sq, questions)
+        sq = squared_norms(codes)
+        # the lists the package trains for this many rows; those it trained at a quarter of them
+        # (still in use until the file grows fourfold: the most rows a list it searches); and as many
+        # rows a list as it trains for a million
+        variants = [("fresh", lists_of(codes)),
+                    ("trained at a quarter", lists_of(codes, trained_on=size // 4)),
+                    ("500 a list, as at 1M", lists_of(codes, round(size * partition.list_count(MILLION) / MILLION)))]
+        for name, (lists, centroids, assigned, sizes) in variants:
+            entry: dict = {"rows": size, "lists": name, "count": lists, "rows_per_list": round(size / lists, 1)}
+            for half, qv in halves.items():
+                entry[half] = recall_rows(codes, sq, centroids, assigned, sizes, qv, GROWTH_SHARES,
+                                          f"{size} rows, {lists} lists ({name}), {half}")
+            out["sizes"].append(entry)
+    out["sign_bits"] = {half: sign_bit_rows(codes, sq, qv) for half, qv in halves.items()}
     return out
 
 

@@ -2,11 +2,12 @@
 package): on a kept ``scale.py`` file, the vector cache's int8 codes as loaded, each row's sign
 bits around the mean code (48 bytes at dimension 384), and for each saved question: the Hamming
 distance of every row to the question's bits, the nearest ``--shortlist`` share of all rows, and
-the exact int8 ranking of those; against the partition's scan that ``Memory.search`` runs today
-(the nearest lists holding ``SCAN_SHARE`` of the rows). Wall ms p50 / p95 of each step, one thread,
-and the overlap of the two top 50s with the exact top 50 over every row. Recall here is only
-meaningful on a file of distinct texts (the replicated LoCoMo file holds each vector ~360 times:
-``partition_recall.py --sentences`` measures recall on real distinct text).
+the exact int8 ranking of those (every row at the shortlist's last distance is kept, so a shortlist
+is at least the share asked); against the partition's scan that ``Memory.search`` runs today (the
+nearest lists holding ``partition.scan_budget`` rows: 300,000 at 1M). Wall ms p50 / p95 of each
+step, one thread, and the overlap of the two top 50s with the exact top 50 over every row. Recall
+here is only meaningful on a file of distinct texts (the replicated LoCoMo file holds each vector
+~360 times: ``partition_recall.py --sentences`` measures recall on real distinct text).
 
     python benchmarks/sign_bits.py DIR/scale-1000000-real.db --out results/sign_bits_1m_locomo_text.json
 """

@@ -6,9 +6,9 @@ search at scale").
   in the list of its nearest centroid (:func:`assign`). Trained once the file holds
   :data:`MIN_ROWS` message vectors, again each time it has grown :data:`GROWTH` times since.
 * **Search** (:func:`probe`): the query scores the centroids; the lists are taken nearest first
-  until they hold :func:`scan_budget` rows (:data:`SCAN_SHARE` of them, at most
-  :data:`SCAN_ROWS`); the vector cache ranks exactly those rows, and every row not yet in a list,
-  with the exact int8 ranking. Recall of the exact top 50: ``benchmarks/README.md`` ("Dense
+  until they hold :func:`scan_budget` rows (:data:`SCAN_SHARE` of them, at most :data:`SCAN_ROWS`
+  unless that is under :data:`MIN_SHARE`); the vector cache ranks exactly those rows, and every
+  row not yet in a list, with the exact int8 ranking. Recall of the exact top 50: ``benchmarks/README.md`` ("Dense
   search at scale", "Dense recall on distinct real text as the file grows").
 * **Kept in the file** (``sql/0015_vector_partition.sql``, :mod:`memsif_lite.db.partition`), so
   opening a file never trains; written by :func:`memsif_lite.partitioning.refresh` (``Memory.process``, the background
@@ -26,18 +26,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MIN_ROWS", "SCAN_SHARE", "SCAN_ROWS", "GROWTH", "BLOCK_IDS", "BATCH", "NONE", "Centroids",
+__all__ = ["MIN_ROWS", "SCAN_SHARE", "SCAN_ROWS", "MIN_SHARE", "GROWTH", "BLOCK_IDS", "BATCH", "NONE", "Centroids",
            "list_count", "scan_budget", "train", "assign", "probe"]
 
 #: below this many message vectors the exact scan is fast enough (about 5 ms): no partition
 MIN_ROWS = 50_000
-#: the share of the rows a search scans (the nearest lists holding it): the first share keeping 0.98
-#: of the exact top 50 on distinct real sentences at every size measured (benchmarks/README.md,
-#: "Dense recall on distinct real text as the file grows")
+#: the share of the rows a search scans (the nearest lists holding it), chosen on distinct real
+#: sentences (benchmarks/README.md, "Dense recall on distinct real text as the file grows")
 SCAN_SHARE = 0.6
-#: but never more rows than this (from 500,000 messages on): what 0.3 of a million scanned before,
-#: so the scan's cost stops growing where issue 31's latency goals are set
+#: but no more rows than this (from 500,000 messages on: what 0.3 of a million scans, where issue 31's
+#: latency goals are set) ...
 SCAN_ROWS = 300_000
+#: ... and never a smaller share than this (above a million rows the scan grows again, as it did
+#: with a share of 0.3 alone)
+MIN_SHARE = 0.3
 #: train again when the file holds this many times the rows the current lists were trained on
 GROWTH = 4
 #: message ids per stored row of list numbers (the file's format)
@@ -80,8 +82,9 @@ def list_count(rows: int) -> int:
 
 def scan_budget(rows: int, k: int) -> int:
     """How many rows an unfiltered search of ``k`` results scans when the file holds ``rows``:
-    :data:`SCAN_SHARE` of them, at most :data:`SCAN_ROWS`, at least 64 a result."""
-    return max(min(int(SCAN_SHARE * rows), SCAN_ROWS), 64 * k)
+    :data:`SCAN_SHARE` of them but at most :data:`SCAN_ROWS`, never under :data:`MIN_SHARE` of them,
+    at least 64 a result."""
+    return max(min(int(SCAN_SHARE * rows), SCAN_ROWS), int(MIN_SHARE * rows), 64 * k)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -140,21 +140,33 @@ def test_any_share_returns_true_rows_in_exact_order(filled, monkeypatch, share, 
         assert got == exact(filled, qv, k)
 
 
+@given(rows=st.integers(0, 10_000_000), k=st.integers(1, 500))
+def test_the_scan_never_shrinks_and_stops_growing_until_a_million(rows, k):
+    """At the shipped constants: never fewer rows than a share of 0.3 scanned (stop 29), at most
+    0.6 of them, and from 500,000 to 1,000,000 rows the same 300,000 (64 a result at least)."""
+    got = partition.scan_budget(rows, k)
+    assert max(int(0.3 * rows), 64 * k) <= got <= max(int(0.6 * rows), 64 * k)
+    if 500_000 <= rows <= 1_000_000:
+        assert got == max(300_000, 64 * k)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(share=st.floats(0.0, 1.0), cap=st.integers(0, 3000), k=st.integers(1, 60), topic=st.integers(0, TOPICS - 1))
-def test_a_search_scans_its_share_up_to_the_row_cap(filled, monkeypatch, share, cap, k, topic):
-    """The nearest lists are taken until they hold SCAN_SHARE of the rows, but never more than
-    SCAN_ROWS (at least 64 a result): the scan stops within one list of that, whatever the share;
-    the rows it ranks are still ranked exactly."""
+@given(share=st.floats(0.0, 1.0), cap=st.integers(0, 3000), floor=st.floats(0.0, 1.0), k=st.integers(1, 60),
+       topic=st.integers(0, TOPICS - 1))
+def test_a_search_scans_its_share_up_to_the_row_cap(filled, monkeypatch, share, cap, floor, k, topic):
+    """The nearest lists are taken until they hold SCAN_SHARE of the rows, but no more than
+    SCAN_ROWS unless that is under MIN_SHARE of them (at least 64 a result): the scan stops within
+    one list of that; the rows it ranks are still ranked exactly."""
     monkeypatch.setattr(partition, "SCAN_SHARE", share)
     monkeypatch.setattr(partition, "SCAN_ROWS", cap)
+    monkeypatch.setattr(partition, "MIN_SHARE", floor)
     qv = query(topic)
     got = filled._db.messages.nearest(qv, k)  # (also brings the cache and its index up to date)
     cache = filled._db.vectors
     rows = cache._probed_rows(quantize(qv).astype(np.float32), k)
     assert rows is not None
     scanned = sum(b - a for a, b in rows) if isinstance(rows, list) else len(rows)
-    budget = min(int(share * cache.size), cap)
+    budget = max(min(int(share * cache.size), cap), int(floor * cache.size))
     ix = cache._index
     assert ix is not None
     unlisted = cache.size - int(ix.sizes.sum())
