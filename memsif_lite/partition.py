@@ -8,8 +8,9 @@ search at scale").
 * **Search** (:func:`probe`): the query scores the centroids; the lists are taken nearest first
   until they hold :func:`scan_budget` rows (:data:`SCAN_SHARE` of them, at most :data:`SCAN_ROWS`
   unless that is under :data:`MIN_SHARE`); the vector cache ranks exactly those rows, and every
-  row not yet in a list, with the exact int8 ranking. Recall of the exact top 50: ``benchmarks/README.md`` ("Dense
-  search at scale", "Dense recall on distinct real text as the file grows").
+  row not yet in a list, with the exact int8 ranking. Recall of the exact top 50:
+  ``benchmarks/README.md`` ("Dense search at scale", "Dense recall on distinct real text as the
+  file grows").
 * **Kept in the file** (``sql/0015_vector_partition.sql``, :mod:`memsif_lite.db.partition`), so
   opening a file never trains; written by :func:`memsif_lite.partitioning.refresh` (``Memory.process``, the background
   worker, offline inline ``add``), outside any write transaction but for short ones that store
