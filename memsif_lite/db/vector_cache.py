@@ -15,7 +15,9 @@ source of truth; the cache is a view of it that is checked before every query.
   misses one committed, before its snapshot began.
 * **Ranking** is sqlite-vec's, bit for bit: int8 codes, the query quantised the same way, exact
   integer dot products, cosine distance in double rounded to float32 (``int8.cosine_distances``),
-  ties by id.
+  ties by id — up to dimension 1,023 (the bundled model's is 384). Above it a sum can pass 2²⁴,
+  where float32 rounds, in sqlite-vec's sums as in the cache's, each in its own order: distances
+  then differ in their last digits (seen at dimension 1,536: a cold review's finding, 2026-12-02).
 * **Filtered search** (:class:`Allowed`): the message cache holds each message's time (its
   stored text, ``TIME_BYTES`` bytes) beside its vector, so a time window (``since`` / ``until`` /
   ``as_of``) is one vectorised comparison and an id set (speakers, sessions) one ``isin``; only
