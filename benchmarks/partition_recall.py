@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import conversation_files, machine  # noqa: E402
 from locomo import CATEGORIES  # noqa: E402
+from sign_bits import centred_bits  # noqa: E402
 
 from memsif_lite import partition  # noqa: E402
 from memsif_lite.int8 import cosine_distances, quantize, squared_norms  # noqa: E402
@@ -85,10 +86,10 @@ def main() -> None:
     out: dict = {"corpus": n, "lists": lists, "build_cpu_s": round(build_s, 2), "machine": machine(),
                  "date": time.strftime("%Y-%m-%d"), "halves": []}
     for name, questions in zip(("choose", "report"), halves, strict=True):
-        qv = emb.embed(questions, kind="query")
-        rows = recall_rows(codes, sq, centroids, assigned, sizes, qv, SHARES, name)
+        asked = exact_tops(codes, sq, emb.embed(questions, kind="query"))
+        rows = recall_rows(asked, centroids, assigned, sizes, SHARES, name)
         out["halves"].append({"half": name, "questions": len(questions), "rows": rows,
-                              "sign_bits": sign_bit_rows(codes, sq, qv)})
+                              "sign_bits": sign_bit_rows(codes, asked)})
     Path(args.out).write_text(json.dumps(out, indent=2))
 
 
@@ -106,16 +107,20 @@ def lists_of(codes: np.ndarray, lists: int | None = None, trained_on: int | None
     return lists, centroids, assigned, np.bincount(assigned, minlength=lists)
 
 
-def recall_rows(codes: np.ndarray, sq: np.ndarray, centroids: np.ndarray, assigned: np.ndarray, sizes: np.ndarray,
-                qv: np.ndarray, shares: tuple[float, ...], label: str) -> list[dict]:
-    """For each share: the mean share of rows scanned, and the mean and worst recall of the exact
-    int8 top 50 (ties by row) among the rows of the lists ``probe`` picks."""
-    n = len(codes)
+def exact_tops(codes: np.ndarray, sq: np.ndarray, qv: np.ndarray) -> tuple[list[np.ndarray], list[set[int]]]:
+    """Each question of ``qv`` quantised (float32), and the rows of its exact int8 top 50 (ties by row)."""
+    n, wide = len(codes), codes.astype(np.float32)
     qfs = [quantize(q).astype(np.float32) for q in qv]
-    exact = []
-    for qf in qfs:
-        d = cosine_distances(codes.astype(np.float32) @ qf, sq, float(qf @ qf))
-        exact.append(set(np.lexsort((np.arange(n), d))[:50].tolist()))
+    return qfs, [set(np.lexsort((np.arange(n), cosine_distances(wide @ qf, sq, float(qf @ qf))))[:50].tolist())
+                 for qf in qfs]
+
+
+def recall_rows(asked: tuple[list[np.ndarray], list[set[int]]], centroids: np.ndarray, assigned: np.ndarray,
+                sizes: np.ndarray, shares: tuple[float, ...], label: str) -> list[dict]:
+    """For each share: the mean share of rows scanned, and the mean and worst recall of the exact
+    top 50 (``asked``: :func:`exact_tops`) among the rows of the lists ``probe`` picks."""
+    n = len(assigned)
+    qfs, exact = asked
     rows = []
     for share in shares:
         recall, scanned = [], []
@@ -126,7 +131,7 @@ def recall_rows(codes: np.ndarray, sq: np.ndarray, centroids: np.ndarray, assign
             recall.append(len(top & set(cand.tolist())) / 50)
         rows.append({"share": share, "scanned": round(float(np.mean(scanned)), 3),
                      "recall_at_50": round(float(np.mean(recall)), 4), "min": round(float(np.min(recall)), 2)})
-        print(label, len(qv), rows[-1], flush=True)
+        print(label, len(qfs), rows[-1], flush=True)
     return rows
 
 
@@ -176,8 +181,8 @@ def growth(n: int) -> dict:
                                    for s in range(QUESTIONS, n + QUESTIONS, 2048)])
         store.parent.mkdir(parents=True, exist_ok=True)
         np.savez(store, passages=passages)
-    asked = emb.embed([sentences[i] for i in order[-2 * QUESTIONS:]], kind="query")
-    halves = {"choose": asked[:QUESTIONS], "report": asked[QUESTIONS:]}
+    questions = emb.embed([sentences[i] for i in order[-2 * QUESTIONS:]], kind="query")
+    halves = {"choose": questions[:QUESTIONS], "report": questions[QUESTIONS:]}
     out: dict = {"sentences_available": len(sentences), "corpus_key": key, "questions": QUESTIONS,
                  "machine": machine(), "date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0],
                  "sizes": []}
@@ -190,29 +195,27 @@ def growth(n: int) -> dict:
         variants = [("fresh", lists_of(codes)),
                     ("trained at a quarter", lists_of(codes, trained_on=size // 4)),
                     ("500 a list, as at 1M", lists_of(codes, round(size * partition.list_count(MILLION) / MILLION)))]
+        tops = {half: exact_tops(codes, sq, qv) for half, qv in halves.items()}  # once for the three
         for name, (lists, centroids, assigned, sizes) in variants:
             entry: dict = {"rows": size, "lists": name, "count": lists, "rows_per_list": round(size / lists, 1)}
-            for half, qv in halves.items():
-                entry[half] = recall_rows(codes, sq, centroids, assigned, sizes, qv, GROWTH_SHARES,
+            for half, asked in tops.items():
+                entry[half] = recall_rows(asked, centroids, assigned, sizes, GROWTH_SHARES,
                                           f"{size} rows, {lists} lists ({name}), {half}")
             out["sizes"].append(entry)
-    out["sign_bits"] = {half: sign_bit_rows(codes, sq, qv) for half, qv in halves.items()}
+    out["sign_bits"] = {half: sign_bit_rows(codes, asked) for half, asked in tops.items()}
     return out
 
 
-def sign_bit_rows(codes: np.ndarray, sq: np.ndarray, qv: np.ndarray) -> list[dict]:
+def sign_bit_rows(codes: np.ndarray, asked: tuple[list[np.ndarray], list[set[int]]]) -> list[dict]:
     """The other design issue 31 names, for comparison (not in the package): each row's sign bits
-    around the corpus's mean code (48 bytes at dimension 384), every row's Hamming distance to the
-    query's bits, and the exact int8 ranking of the nearest ``shortlist`` share of all rows."""
-    mean = codes.astype(np.float32).mean(axis=0)
-    bits = np.packbits(codes.astype(np.float32) > mean, axis=1)
+    around the corpus's mean code (``sign_bits.centred_bits``: 48 bytes at dimension 384), every
+    row's Hamming distance to the question's bits, and the exact top 50 (``asked``: :func:`exact_tops`)
+    among the nearest ``shortlist`` share of all rows."""
+    centre, bits = centred_bits(codes)
     n, shortlists = len(codes), (0.02, 0.05, 0.1)
-    wide = codes.astype(np.float32)
     recall: dict[float, list[float]] = {s: [] for s in shortlists}
-    for q in qv:
-        qf = quantize(q).astype(np.float32)
-        exact = set(np.lexsort((np.arange(n), cosine_distances(wide @ qf, sq, float(qf @ qf))))[:50].tolist())
-        ham = np.unpackbits(bits ^ np.packbits(qf > mean), axis=1).sum(axis=1)
+    for qf, exact in zip(*asked, strict=True):
+        ham = np.unpackbits(bits ^ np.packbits(qf > centre), axis=1).sum(axis=1)
         order = np.argsort(ham, kind="stable")
         for s in shortlists:
             recall[s].append(len(exact & set(order[:int(s * n)].tolist())) / 50)

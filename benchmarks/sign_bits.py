@@ -43,6 +43,16 @@ def hamming(cols: np.ndarray, q: np.ndarray, out: np.ndarray, tmp: np.ndarray) -
     return out
 
 
+def centred_bits(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the centre: the mean code rounded down, as int8; each row's bits, packed: 1 where its code is
+    above the centre) — a question's bits are ``np.packbits(quantize(q) > centre)``."""
+    centre = np.floor(codes.mean(axis=0, dtype=np.float64)).astype(np.int8)
+    bits = np.empty((len(codes), codes.shape[1] // 8), dtype=np.uint8)
+    for s in range(0, len(codes), 65536):
+        bits[s:s + 65536] = np.packbits(codes[s:s + 65536] > centre, axis=1)
+    return centre, bits
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
@@ -56,10 +66,7 @@ def main() -> None:
         n = cache.size
         codes, ids, sq = cache._codes[:n], cache._ids[:n], cache._sq[:n]
         t = time.perf_counter()
-        center = np.floor(codes.mean(axis=0, dtype=np.float64)).astype(np.int8)
-        bits = np.empty((n, codes.shape[1] // 8), dtype=np.uint8)
-        for s in range(0, n, 65536):
-            bits[s:s + 65536] = np.packbits(codes[s:s + 65536] > center, axis=1)
+        center, bits = centred_bits(codes)
         cols = np.ascontiguousarray(bits.view(np.uint64).T)
         build_ms = (time.perf_counter() - t) * 1000
         wide = codes.view(np.uint64)  # a row's 384 codes as 48 words: gathered a row at a time
@@ -78,7 +85,6 @@ def main() -> None:
             t = time.perf_counter()
             today = {m for m, _ in cache.search(qv, 50)}
             t = note("partition scan (today)", t)
-            exact = set()
             d = np.empty(n, dtype=np.float32)
             for s in range(0, n, 65536):
                 d[s:s + 65536] = codes[s:s + 65536].astype(np.float32) @ qf
