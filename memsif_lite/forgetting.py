@@ -22,7 +22,6 @@ loses its content when that holds a word of it they do not say.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -38,7 +37,7 @@ from .entities import words_of
 from .fact_extraction import extract_offline, stated_starts
 from .timeutil import now_stored, to_stored
 
-__all__ = ["forget", "forget_message", "forget_fact", "recompute_unit", "reword"]
+__all__ = ["Batch", "forget", "forget_message", "forget_fact", "recompute_unit", "reword"]
 
 
 def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = None, fact_id: Any = None,
@@ -80,15 +79,19 @@ def forget(db: Database, active_store: ActiveFactStore, *, message_id: Any = Non
             if not ids:
                 who = f" from {speaker}" if speaker is not None else ""
                 raise NotFoundError(f"no message{who} with source id {source_id!r}")
+        batch = Batch(db, ids)
         for mid in ids:
-            forget_message(db, mid, active_store)
+            forget_message(db, mid, active_store, batch)
+        batch.recompute_units()
         change.touch("messages", ids)
         db.changes.redact(facts=list(change.images), messages=ids)
         return ids
 
 
-def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> None:
-    """Delete one message and what was derived only from it (the caller holds the transaction)."""
+def forget_message(db: Database, mid: int, active_store: ActiveFactStore, batch: Batch | None = None) -> None:
+    """Delete one message and what was derived only from it (the caller holds the transaction).
+    One of a ``batch`` (:class:`Batch`): its segment and trajectory are recomputed by
+    :meth:`Batch.recompute_units`, once for all, when the caller calls it."""
     row = db.messages.get(mid)
     sid = db.structure.segment_of_message(mid)
     shown = [m for m in db.structure.shown_with(mid, CONTEXT_MESSAGES) if m != mid]
@@ -129,7 +132,7 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
         drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, beside)
     if said and shown:  # the log's rows of changes made from what was shown with it (a merge's summary)
         leaky = []
-        for rid, text, cited in db.changes.naming(shown):
+        for rid, text, cited in (batch or Batch(db, [mid])).naming(shown):
             if mid in cited:
                 continue  # erased with the message (:func:`forget`)
             held = words_of(text) & beside.said
@@ -144,9 +147,71 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore) -> Non
     if sid is not None:
         db.structure.drop_title(sid)  # written from its lines, this one among them
         tid = db.structure.trajectory_of_segment(sid)
+        if batch is not None:
+            batch.segments[sid] = tid
+            return
         recompute_unit(db, "segment", sid)
         if tid is not None:
             recompute_unit(db, "trajectory", tid)
+
+
+class Batch:
+    """What a forget of several messages (a ``source_id``) does once for all of them, where one
+    forget after another would do it for each: the change-log rows citing what was shown with
+    them are found in one pass over the log, not one a message (:meth:`naming`), and each segment
+    and trajectory that lost members is recomputed from what is left once, at the end
+    (:meth:`recompute_units`), not once a member (a trajectory of a long life holds hundreds of
+    thousands). Nothing in between reads a unit's aggregate: a message's forget reads
+    memberships, which change as before, one message at a time; an emptied segment waits for
+    the end to be removed, and until then holds no message, as if it were gone."""
+
+    def __init__(self, db: Database, mids: Sequence[int]):
+        self.db, self.mids = db, list(mids)
+        self.segments: dict[int, int | None] = {}  # segment that lost members -> its trajectory
+        self._rows: dict[int, tuple[int, str, list[int], frozenset[int]]] = {}
+        self._covered: set[int] | None = None  # messages the rows were looked up for
+        self._after = 0  # the log's last row when they were
+
+    def naming(self, shown: Sequence[int]) -> list[tuple[int, str, list[int]]]:
+        """:meth:`~memsif_lite.db.changes.ChangeLog.naming` of ``shown`` as it reads now: the first
+        call looks up what every message of the batch was shown with then; a later one looks up
+        only messages shown since (memberships change as messages go) and rows written since; rows
+        erased since (they hold nothing now) are left out."""
+        log = self.db.changes
+        if self._covered is None:
+            want = set(shown)
+            if len(self.mids) > 1:
+                for m in self.mids:
+                    want.update(self.db.structure.shown_with(m, CONTEXT_MESSAGES))
+            self._after = log.last_id()
+            self._covered = set()
+            self._add(log.naming(sorted(want)), want)
+        missing = set(shown) - self._covered
+        last = log.last_id()
+        if last > self._after:  # rows written meanwhile (an ActiveFact promotion): for every message
+            self._add(log.naming(sorted(self._covered | missing), after=self._after), set())
+            self._after = last
+        if missing:
+            self._add(log.naming(sorted(missing)), missing)
+        wanted = set(shown)
+        rows = [self._rows[k] for k in sorted(self._rows) if self._rows[k][3] & wanted]
+        held = log.holding([r[0] for r in rows])
+        return [(rid, text, cited) for rid, text, cited, _ in rows if rid in held]
+
+    def _add(self, rows: list[tuple[int, str, list[int], frozenset[int]]], covered: set[int]) -> None:
+        for rid, text, cited, named in rows:
+            had = self._rows.get(rid)
+            self._rows[rid] = (rid, text, cited, named | had[3] if had else named)
+        assert self._covered is not None
+        self._covered |= covered
+
+    def recompute_units(self) -> None:
+        """Each segment that lost members, then each trajectory, from what is left (removed when
+        nothing is)."""
+        for sid in sorted(self.segments):
+            recompute_unit(self.db, "segment", sid)
+        for tid in sorted({t for t in self.segments.values() if t is not None}):
+            recompute_unit(self.db, "trajectory", tid)
 
 
 class Shown:
@@ -247,11 +312,9 @@ def forget_fact(db: Database, fid: int) -> None:
 def recompute_unit(db: Database, level: str, uid: int) -> None:
     """A segment's or trajectory's aggregate from its remaining members (removed when none is left)."""
     members = db.structure.member_vectors(level, uid)
-    if not members:
+    if not members.ids:
         db.structure.delete_unit(level, uid)
         return
-    total = sum((m[1].astype(np.float64) for m in members), np.zeros(len(members[0][1])))
-    u = Unit(uid, len(members), total, Counter(e for m in members for e in m[2]),
-             min(m[3] for m in members), max(m[3] for m in members))
+    u = Unit(uid, len(members.ids), members.vec_sum, members.entity_counts(), min(members.ats), max(members.ats))
     n_segments = db.structure.segment_count(uid) if level == "trajectory" else None
     db.structure.save(level, u, n_segments=n_segments)

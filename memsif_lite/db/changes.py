@@ -375,23 +375,35 @@ class ChangeLog(Table):
             n += self.con.changes()
         return n
 
-    def naming(self, messages: Sequence[int]) -> list[tuple[int, str, list[int]]]:
-        """(row id, its content as text: summary, undo and before images; the messages it cites)
-        of every row still holding content that cites any of these messages, by id."""
-        out: dict[int, tuple[int, str, list[int]]] = {}
+    def naming(self, messages: Sequence[int], *, after: int = 0) -> list[tuple[int, str, list[int], frozenset[int]]]:
+        """(row id, its content as text: summary, undo and before images; the messages it cites;
+        those of ``messages`` among them) of every row with an id above ``after`` still holding
+        content that cites any of these messages, by id."""
+        out: dict[int, tuple[int, str, list[int], set[int]]] = {}
         ids = sorted(set(messages))
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for rid, summary, undo, image, cited in self.con.execute(
-                    f"SELECT id, summary, undo, {IMAGE_COLUMN}, ids FROM change_log WHERE ({_HELD}) "
-                    "AND EXISTS(SELECT 1 FROM json_each(change_log.ids, '$.messages') "
-                    f"WHERE value IN ({','.join('?' * len(chunk))}))", chunk).fetchall():
-                text = " ".join(str(x) for x in (summary, undo) if x is not None)
-                if image is not None:
-                    text += " " + json.dumps(unpack(image), ensure_ascii=False)
-                mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
-                out[int(rid)] = (int(rid), text, mids)
-        return [out[k] for k in sorted(out)]
+            for rid, summary, undo, image, cited, value in self.con.execute(
+                    f"SELECT c.id, c.summary, c.undo, c.{IMAGE_COLUMN}, c.ids, j.value FROM change_log c, "
+                    f"json_each(c.ids, '$.messages') j WHERE c.id > ? AND ({_HELD}) "
+                    f"AND j.value IN ({','.join('?' * len(chunk))})", (after, *chunk)).fetchall():
+                if rid not in out:
+                    text = " ".join(str(x) for x in (summary, undo) if x is not None)
+                    if image is not None:
+                        text += " " + json.dumps(unpack(image), ensure_ascii=False)
+                    mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
+                    out[int(rid)] = (int(rid), text, mids, set())
+                out[int(rid)][3].add(int(value))  # equal to one of ``messages`` (a 5.0 or a true matches too)
+        return [(rid, text, mids, frozenset(named)) for rid, text, mids, named in (out[k] for k in sorted(out))]
+
+    def holding(self, rows: Sequence[int]) -> set[int]:
+        """Those of these rows (ids) that still hold content (not erased)."""
+        ids, out = sorted(set(rows)), set[int]()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            out.update(r for (r,) in self.con.execute(
+                f"SELECT id FROM change_log WHERE id IN ({','.join('?' * len(chunk))}) AND ({_HELD})", chunk))
+        return out
 
     def erase(self, rows: Sequence[int]) -> int:
         """Erase the content (summary, undo and before images) of these rows, by id, as

@@ -12,8 +12,8 @@ import numpy as np
 from ..int8 import dequantize, quantize
 from ..matching import unit
 
-__all__ = ["Unit", "FactRow", "MessageRow", "ActiveFactRow", "entity_json", "f32", "i8", "from_i8", "sum_bytes",
-           "from_sum"]
+__all__ = ["Unit", "Members", "FactRow", "MessageRow", "ActiveFactRow", "entity_json", "f32", "i8", "from_i8",
+           "sum_bytes", "from_sum"]
 
 
 def entity_json(c: Counter) -> str:
@@ -74,6 +74,26 @@ class Unit:
         self.n += n
         self.start_at = min(self.start_at, at_start)
         self.end_at = max(self.end_at, at_end)
+
+
+@dataclass(frozen=True)
+class Members:
+    """A segment's or trajectory's members, in message id order: what its aggregate is made of
+    (their vectors as one float32 matrix, one row a member)."""
+
+    ids: list[int]
+    vectors: np.ndarray
+    entities: list[list[str]]
+    ats: list[str]
+
+    @property
+    def vec_sum(self) -> np.ndarray:
+        """The float64 sum of their vectors, added in member order (numpy adds the rows of an
+        axis-0 sum one after another, as a running sum does); zeros when there is none."""
+        return self.vectors.astype(np.float64).sum(axis=0)
+
+    def entity_counts(self) -> Counter:
+        return Counter(e for ents in self.entities for e in ents)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import StorageCorruptError
-from ..int8 import quantize
+from ..int8 import dequantize, quantize
 from ..timeutil import is_stored
 from .base import Table
-from .rows import MessageRow, Unit, entity_json, from_i8, from_sum, sum_bytes
+from .rows import Members, MessageRow, Unit, entity_json, from_sum, sum_bytes
 from .messages import cache_ready, cached_search
 from .vector_cache import Allowed, VectorCache
 
@@ -91,14 +91,25 @@ def _stored_counts(text: str) -> dict[str, int] | None:
 
 def _entity_list(mid: int, text: Any) -> list[str]:
     """A message's stored entities (a JSON list of strings), or a clear error for a damaged file."""
-    try:
-        ents = json.loads(text)
-    except (TypeError, ValueError, RecursionError):
-        ents = None
-    if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
+    ents = _stored_entities(text) if isinstance(text, str) else None
+    if ents is None:
         raise StorageCorruptError(f"the entities of message {mid} are not a JSON list; the memory file is damaged "
                                   "or was edited (run `memsif check`)")
-    return ents
+    return list(ents)
+
+
+@lru_cache(maxsize=1024)
+def _stored_entities(text: str) -> tuple[str, ...] | None:
+    """A placement's stored entities (a JSON list of strings), None if they are not. Kept: a unit's
+    members repeat the same few lists (none, a speaker's name), and a forget reads every member of
+    a trajectory."""
+    try:
+        ents = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
+        return None
+    return tuple(ents)
 
 
 def entity_counts(what: str, text: Any) -> dict[str, int]:
@@ -153,11 +164,8 @@ class Structure(Table):
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
         if row[6]:  # a linked segment: its sum (and its entity counts, unless stored) from its members
-            total = np.zeros(dim, dtype=np.float64)
-            counted: Counter[str] = Counter()
-            for _, vec, ents, _ in self.member_vectors(level, uid):
-                total += vec.astype(np.float64)
-                counted.update(ents)
+            members = self.member_vectors(level, uid)
+            total, counted = members.vec_sum, members.entity_counts()
             if row[3] != NO_COUNTS:
                 counted = Counter(_stored_counts(row[3]))
         else:
@@ -323,13 +331,21 @@ class Structure(Table):
             "SELECT m.id, m.speaker, m.text, m.at, m.session, m.source_id, m.utc_offset_min FROM message_units u "
             f"JOIN messages m ON m.id=u.message_id WHERE {_MEMBERS[level]} ORDER BY m.id", (uid,))]
 
-    def member_vectors(self, level: str, uid: int) -> list[tuple[int, np.ndarray, list[str], str]]:
-        """(message id, vector, entities, at) of a unit's members: what its aggregate is made of."""
+    def member_vectors(self, level: str, uid: int) -> Members:
+        """A unit's members (message ids, vectors, entities, times): what its aggregate is made of.
+        The vectors are read as one matrix (a trajectory of a long life holds hundreds of thousands)."""
         rows = self.con.execute(
             "SELECT u.message_id, v.embedding, u.entities, m.at FROM message_units u "
             "JOIN messages m ON m.id=u.message_id JOIN message_vec v ON v.rowid=u.message_id "
             f"WHERE {_MEMBERS[level]} ORDER BY u.message_id", (uid,)).fetchall()
-        return [(r[0], from_i8(r[1]), _entity_list(r[0], r[2]), r[3]) for r in rows]
+        dim = self.caches[level].dim
+        bad = next((r[0] for r in rows if not isinstance(r[1], bytes) or len(r[1]) != dim), None)
+        if bad is not None:
+            raise StorageCorruptError(f"the vector of message {bad} is not {dim} int8 values; the memory file is "
+                                      "damaged or was edited (run `memsif check`)")
+        codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), dim)
+        return Members([r[0] for r in rows], dequantize(codes), [_entity_list(r[0], r[2]) for r in rows],
+                       [r[3] for r in rows])
 
     def shown_with(self, mid: int, limit: int) -> list[int]:
         """The messages whose CoreFact extraction may have shown message ``mid`` to an LLM: those of
