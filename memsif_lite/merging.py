@@ -49,7 +49,7 @@ from .db.rewind import renumber
 from .embed import Embeddings, passage, passage_hash
 from .entities import extract_entities
 from .errors import InvalidInputError, MemoryFileError
-from .forgetting import forget_message, recompute_unit
+from .forgetting import Batch, forget_message, recompute_unit
 from .int8 import dequantize, quantize
 from .ingest import MessageIn
 from .keys import Key, KeyLike, as_key
@@ -278,11 +278,13 @@ def merge(db: Database, other: OtherFile, *, embeddings: Embeddings, active_stor
             db.tombstones.add(h, now)
         removed = 0
         with db.changes.forgetting() as erased:  # what the tombstones remove is not kept in the log either
+            batch = Batch(db, [m.id for m in remove])  # (the log searched once, each unit recomputed once)
             for m in remove:
                 if db.messages.exists(m.id):
-                    forget_message(db, m.id, active_store)
+                    forget_message(db, m.id, active_store, batch)
                     erased.append(m.id)
                     removed += 1
+            batch.recompute_units()
         dirty = db.tombstones.dirty_from()
         times = [m.at for m in fresh] + [m.at for m in remove] + ([dirty] if dirty else [])
         start, placed = rebuild(db, min(times), fresh) if times else (None, [])
