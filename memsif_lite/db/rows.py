@@ -90,7 +90,7 @@ class Members:
     def vec_sum(self) -> np.ndarray:
         """The float64 sum of their vectors, added in member order (numpy adds the rows of an
         axis-0 sum one after another, as a running sum does); zeros when there is none."""
-        return self.vectors.astype(np.float64).sum(axis=0)
+        return np.add.reduce(self.vectors, axis=0, dtype=np.float64)  # (no float64 copy of the matrix)
 
     def entity_counts(self) -> Counter:
         return Counter(e for ents in self.entities for e in ents)
