@@ -22,7 +22,7 @@ import json
 import re
 import weakref
 import zlib
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import apsw
 
@@ -111,7 +111,7 @@ def _text(raw: Any) -> bytes | None:
         return None
     try:
         z = zlib.decompressobj(-15, _ZDICT)
-        text = z.decompress(raw[1:], _MAX_IMAGE)
+        text = z.decompress(memoryview(raw)[1:], _MAX_IMAGE)  # (a view: no copy of the blob)
     except zlib.error:
         return None
     return None if z.unconsumed_tail or not z.eof else text
@@ -134,12 +134,21 @@ def _first_keys(keys: dict[str, set[tuple[Any, ...]]]) -> frozenset[bytes] | Non
     return frozenset(out | ({b"-0"} if b"0" in out else set()))
 
 
-def _may_hold(text: bytes, first: frozenset[bytes]) -> bool:
-    """Whether the JSON text of a change's images may hold an image of a row keyed by one of
-    :func:`_first_keys`, or is not a JSON object at all (then it is parsed, and erased, as before)."""
-    if text.lstrip()[:1] != b"{":
-        return True
-    return not first.isdisjoint(_ENTRY_KEY.findall(text))
+#: up to this many first keys are searched for with one pattern naming them (a search stops at the
+#: first; more alternatives cost more at each entry): above, every entry key is compared with them
+_FEW_KEYS = 32
+
+
+def _holder(first: frozenset[bytes]) -> Callable[[bytes], bool]:
+    """The test whether the JSON text of a change's images may hold an image of a row keyed by one
+    of ``first`` (:func:`_first_keys`), or is not a JSON object at all (then it is parsed, and erased,
+    as before). A key is matched whole: what follows it must end the entry key, as in :data:`_ENTRY_KEY`."""
+    if not first:
+        return lambda text: text.lstrip()[:1] != b"{"
+    if len(first) <= _FEW_KEYS:
+        named = re.compile(rb"\[\s*\[\s*(?:" + b"|".join(re.escape(k) for k in sorted(first)) + rb")\s*[,\]]")
+        return lambda text: text.lstrip()[:1] != b"{" or named.search(text) is not None
+    return lambda text: text.lstrip()[:1] != b"{" or not first.isdisjoint(_ENTRY_KEY.findall(text))
 
 
 def image_column(con: Any) -> str:
@@ -408,17 +417,31 @@ class Rewind(Table):
         """``forget``: the images of these rows go (what is forgotten is not kept), and with a source
         of a CoreFact the images of that fact (its wording came from it); the other images of the
         same changes stay, and so do the ``null`` ones (the row was made then: they hold nothing).
-        Only a change whose images may hold one of them (:func:`_may_hold`: a search of the inflated
-        JSON) is parsed; an image that inflates to something other than a JSON object is erased, as
+        Only a change whose images may hold one of them (:func:`_holder`: a search of the inflated
+        JSON) is parsed; the log is read a chunk of rows at a time (at a million messages it holds
+        over a million images); an image that inflates to something other than a JSON object is erased, as
         one that does not inflate; one that reads as an object but is not valid JSON is left to
         ``memsif check`` unless it names one of the keys. Returns the changes whose images changed."""
         keys = {t: set(v) for t, v in keys.items()}
         keys.setdefault("core_facts", set()).update((k[0],) for k in keys.get("fact_sources", ()))
-        n = 0
+        n, last = 0, None
         first = _first_keys(keys)
-        for cid, raw in self.con.execute(f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL"
-                                         ).fetchall():
-            if first is not None and (text := _text(raw)) is not None and not _may_hold(text, first):
+        may_hold = _holder(first) if first is not None else None
+        while True:
+            chunk = self.con.execute(
+                f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL "
+                f"{'' if last is None else 'AND id > ? '}ORDER BY id LIMIT {_ERASE_CHUNK}",
+                () if last is None else (last,)).fetchall()
+            if not chunk:
+                return n
+            last = chunk[-1][0]
+            n += self._erase_in(chunk, keys, may_hold)
+
+    def _erase_in(self, chunk: list[tuple[Any, Any]], keys: dict[str, set[tuple[Any, ...]]],
+                  may_hold: Callable[[bytes], bool] | None) -> int:
+        n = 0
+        for cid, raw in chunk:
+            if may_hold is not None and (text := _text(raw)) is not None and not may_hold(text):
                 continue  # (most of a long log: inflated, searched, not parsed)
             parsed = parse(self.con, raw)
             kept = {t: [[list(pk), row] for pk, row in entries if row is None or pk not in keys.get(t, ())]
@@ -429,3 +452,7 @@ class Rewind(Table):
             self.con.execute(f"UPDATE change_log SET {IMAGE_COLUMN}=? WHERE id=?", (pack(kept) if kept else None, cid))
             n += 1
         return n
+
+
+#: change-log rows :meth:`Rewind.erase` reads at a time (its memory: their images, not the log's)
+_ERASE_CHUNK = 20_000
