@@ -132,7 +132,7 @@ def forget_message(db: Database, mid: int, active_store: ActiveFactStore, batch:
         drop_candidates(db, db.queue.citing("fact", [mid, *shown]), mid, beside)
     if said and shown:  # the log's rows of changes made from what was shown with it (a merge's summary)
         leaky = []
-        for rid, text, cited in (batch or Batch(db, [mid])).naming(shown):
+        for rid, text, cited in (batch if batch is not None else Batch(db, [mid])).naming(shown):
             if mid in cited:
                 continue  # erased with the message (:func:`forget`)
             held = words_of(text) & beside.said
@@ -163,7 +163,11 @@ class Batch:
     (:meth:`recompute_units`), not once a member (a trajectory of a long life holds hundreds of
     thousands). Nothing in between reads a unit's aggregate: a message's forget reads
     memberships, which change as before, one message at a time; an emptied segment waits for
-    the end to be removed, and until then holds no message, as if it were gone."""
+    the end to be removed, and until then holds no message, as if it were gone. The rows found stay
+    right because a change-log row is never deleted and its ``ids`` never change: between two
+    messages a row can only be written (looked up again: ids above the last seen) or lose its
+    content (each answer keeps only rows still holding some). Whoever makes a batch calls
+    :meth:`recompute_units` before the transaction ends (:func:`forget`, a merge's tombstones)."""
 
     def __init__(self, db: Database, mids: Sequence[int]):
         self.db, self.mids = db, list(mids)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import apsw
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder
@@ -33,30 +33,46 @@ LINES = [
 
 
 EXTRA = ["really", "today", "again", "so much", "you know", "honestly"]
+#: "whole": every message of a trajectory of several segments; "open": the open segment's; "seg": a
+#: linked segment's whose trajectory keeps others; "mail" and "chat": every other message, alternating
+SOURCES = ("whole", "open", "seg", "mail", "chat")
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """Messages from three sources in topical runs of four (a segment each; segments of recurring
-    topics linked into trajectories), CoreFacts from them (their change rows cite them), ActiveFact
-    queries, and change rows such as a merged-in LLM summary leaves: citing one message, worded
-    with another of its segment (a forget of that one erases them). All made at record time R0."""
+    """Messages in topical runs of four (a segment each; segments of recurring topics linked into
+    trajectories), CoreFacts from them (their change rows cite them), ActiveFact queries, titles
+    on every segment and trajectory (an LLM's, as a closing step writes them), and change rows such
+    as a merged-in LLM summary leaves: citing one message, worded with another of its segment (a
+    forget of that one erases them). Sources as :data:`SOURCES` says. All made at record time R0."""
     path = tmp_path_factory.mktemp("batch") / "m.db"
     rng = random.Random(7)
     with record_clock(lambda: R0), Memory(path, embedder=FakeEmbedder(), config=CFG) as mem:
         ids = [mem.add("Ana" if i % 3 else "Ben", LINES[(i // 4 * 3) % len(LINES)] + " " + EXTRA[i % 6],
-                       at=T + timedelta(days=i // 4, minutes=3 * i), source_id=rng.choice(SOURCES))
-               for i in range(48)]
+                       at=T + timedelta(days=i // 4, minutes=3 * i)) for i in range(48)]
         mem.process()
         mem.context("Where does Rita work?")
         mem.context("What does Ana love?")
+        segments, trajectories = mem.segments(), mem.trajectories()
+        whole = next(t for t in trajectories if len(t.segment_ids) > 1)
+        seg = next(s for t in trajectories if t is not whole and len(t.segment_ids) > 1
+                   for s in segments if s.id == t.segment_ids[0])
+        sources = {m: "whole" for m in whole.message_ids}
+        sources.update({m: "open" for m in segments[-1].message_ids if not segments[-1].closed})
+        sources.update({m: "seg" for m in seg.message_ids})
         db = mem._db
         with db.write():
+            for i, m in enumerate(ids):
+                db.con.execute("UPDATE messages SET source_id=? WHERE id=?", (sources.get(m, SOURCES[3 + i % 2]), m))
+            db.con.execute("UPDATE segments SET title='Talk ' || id")
+            db.con.execute("UPDATE trajectories SET title=(SELECT title FROM segments "
+                           "WHERE trajectory_id=trajectories.id ORDER BY id LIMIT 1)")
             for i in range(0, 48, 3):
                 other = ids[i + 1 if i % 4 < 3 else i - 1]
                 said = db.messages.get(ids[i])
                 db.changes.write("fact.merge", "llm:test", ids={"messages": [other]},
                                  summary=f"{said.speaker}: {said.text} {rng.choice(['Zephyr', 'Quillon', 'Marlow'])}")
+        assert set(sources.values()) == {"whole", "open", "seg"} and mem.check() == []
     return path
 
 
@@ -92,6 +108,9 @@ def _forget_one_by_one(path, source: str, speaker: str | None) -> list[int]:
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(source=st.sampled_from(SOURCES), speaker=st.sampled_from([None, "Ana", "Ben"]))
+@example(source="whole", speaker=None).via("a trajectory emptied")
+@example(source="open", speaker=None).via("the open segment emptied")
+@example(source="seg", speaker=None).via("a linked segment emptied, its trajectory kept")
 def test_a_batched_forget_leaves_the_file_one_by_one_forgets_leave(base, tmp_path_factory, source, speaker):
     d = tmp_path_factory.mktemp("f")
     batched, single = d / "batched.db", d / "single.db"
@@ -100,7 +119,7 @@ def test_a_batched_forget_leaves_the_file_one_by_one_forgets_leave(base, tmp_pat
     with record_clock(lambda: R1), Memory(batched, embedder=FakeEmbedder(), config=CFG) as mem:
         gone = mem.forget(source_id=source, speaker=speaker)
         assert mem.check() == []
-    assert gone == _forget_one_by_one(single, source, speaker) and len(gone) > 1
+    assert gone == _forget_one_by_one(single, source, speaker) and gone
     after, want = _dump(batched), _dump(single)
     assert after.keys() == want.keys()
     for t in want:
@@ -113,11 +132,11 @@ def test_a_forget_by_source_searches_the_log_and_recomputes_each_unit_once(base,
     shutil.copy(base, path)
     seen: list[str] = []
     with record_clock(lambda: R1), Memory(path, embedder=FakeEmbedder(), config=CFG) as mem:
-        ids = mem._db.messages.with_source("chat", None)
+        ids = mem._db.messages.with_source("mail", None)
         units = {(mem._db.structure.segment_of_message(m), None) for m in ids}
         trajectories = {mem._db.structure.trajectory_of_segment(s) for s, _ in units} - {None}
         mem._db.con.exec_trace = lambda _cur, sql, _args: seen.append(sql) or True
-        mem.forget(source_id="chat")
+        mem.forget(source_id="mail")
         mem._db.con.exec_trace = None
     searches = [s for s in seen if "json_each(c.ids, '$.messages')" in s]
     recomputes = [s for s in seen if "JOIN message_vec v ON v.rowid=u.message_id" in s]
@@ -133,6 +152,9 @@ _ops = st.lists(st.one_of(st.tuples(st.just("ask"), st.sets(st.integers(0, 47), 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=st.sets(st.integers(0, 47), max_size=12), ops=_ops)
+@example(first={1, 2}, ops=[("ask", {1, 2}), ("write", {1}), ("ask", {1, 2})]).via("a row written since the search")
+@example(first={1}, ops=[("ask", {1}), ("ask", {1, 30})]).via("a message not searched for yet")
+@example(first={1, 2}, ops=[("ask", {1, 2}), ("erase", 0), ("ask", {1, 2})]).via("a row erased since")
 def test_the_batch_reads_the_rows_a_fresh_search_of_the_log_reads(base, tmp_path_factory, first, ops):
     """Whatever messages each call asks about (some never asked before), with rows written and
     erased between calls, the batch's answer is what searching the whole log then gives."""

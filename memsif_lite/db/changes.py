@@ -378,23 +378,29 @@ class ChangeLog(Table):
     def naming(self, messages: Sequence[int], *, after: int = 0) -> list[tuple[int, str, list[int], frozenset[int]]]:
         """(row id, its content as text: summary, undo and before images; the messages it cites;
         those of ``messages`` among them) of every row with an id above ``after`` still holding
-        content that cites any of these messages, by id."""
-        out: dict[int, tuple[int, str, list[int], set[int]]] = {}
+        content that cites any of these messages, by id. Each row's content is read once, however
+        many of them it cites (an import's row cites every message)."""
+        named: dict[int, set[int]] = {}
         ids = sorted(set(messages))
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for rid, summary, undo, image, cited, value in self.con.execute(
-                    f"SELECT c.id, c.summary, c.undo, c.{IMAGE_COLUMN}, c.ids, j.value FROM change_log c, "
-                    f"json_each(c.ids, '$.messages') j WHERE c.id > ? AND ({_HELD}) "
-                    f"AND j.value IN ({','.join('?' * len(chunk))})", (after, *chunk)).fetchall():
-                if rid not in out:
-                    text = " ".join(str(x) for x in (summary, undo) if x is not None)
-                    if image is not None:
-                        text += " " + json.dumps(unpack(image), ensure_ascii=False)
-                    mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
-                    out[int(rid)] = (int(rid), text, mids, set())
-                out[int(rid)][3].add(int(value))  # equal to one of ``messages`` (a 5.0 or a true matches too)
-        return [(rid, text, mids, frozenset(named)) for rid, text, mids, named in (out[k] for k in sorted(out))]
+            for rid, value in self.con.execute(
+                    f"SELECT c.id, j.value FROM change_log c, json_each(c.ids, '$.messages') j "
+                    f"WHERE c.id > ? AND ({_HELD}) AND j.value IN ({','.join('?' * len(chunk))})", (after, *chunk)):
+                named.setdefault(int(rid), set()).add(int(value))  # equal to one of ``messages`` (5.0, true too)
+        out = []
+        rows = sorted(named)
+        for start in range(0, len(rows), 500):
+            chunk = rows[start:start + 500]
+            for rid, summary, undo, image, cited in self.con.execute(
+                    f"SELECT id, summary, undo, {IMAGE_COLUMN}, ids FROM change_log "
+                    f"WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk).fetchall():
+                text = " ".join(str(x) for x in (summary, undo) if x is not None)
+                if image is not None:
+                    text += " " + json.dumps(unpack(image), ensure_ascii=False)
+                mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
+                out.append((int(rid), text, mids, frozenset(named[int(rid)])))
+        return out
 
     def holding(self, rows: Sequence[int]) -> set[int]:
         """Those of these rows (ids) that still hold content (not erased)."""

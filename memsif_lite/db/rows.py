@@ -79,21 +79,33 @@ class Unit:
 @dataclass(frozen=True)
 class Members:
     """A segment's or trajectory's members, in message id order: what its aggregate is made of
-    (their vectors as one float32 matrix, one row a member)."""
+    (their stored int8 codes as one matrix, one row a member)."""
 
     ids: list[int]
-    vectors: np.ndarray
+    codes: np.ndarray
     entities: list[list[str]]
     ats: list[str]
 
     @property
     def vec_sum(self) -> np.ndarray:
-        """The float64 sum of their vectors, added in member order (numpy adds the rows of an
-        axis-0 sum one after another, as a running sum does); zeros when there is none."""
-        return np.add.reduce(self.vectors, axis=0, dtype=np.float64)  # (no float64 copy of the matrix)
+        """The float64 sum of their vectors, added in member order as a running sum adds them (numpy
+        adds the rows of an axis-0 sum one after another; each block starts from the total so far),
+        dequantised a block at a time (a trajectory of a long life holds hundreds of thousands)."""
+        total = np.zeros(self.codes.shape[1], dtype=np.float64)
+        for start in range(0, len(self.codes), _SUM_BLOCK):
+            block = self.codes[start:start + _SUM_BLOCK]
+            rows = np.empty((len(block) + 1, len(total)), dtype=np.float64)
+            rows[0] = total
+            rows[1:] = dequantize(block)
+            total = np.add.reduce(rows, axis=0)
+        return total
 
     def entity_counts(self) -> Counter:
         return Counter(e for ents in self.entities for e in ents)
+
+
+#: member vectors dequantised at a time by :attr:`Members.vec_sum`
+_SUM_BLOCK = 4096
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import StorageCorruptError
-from ..int8 import dequantize, quantize
+from ..int8 import quantize
 from ..timeutil import is_stored
 from .base import Table
 from .rows import Members, MessageRow, Unit, entity_json, from_sum, sum_bytes
@@ -91,25 +91,14 @@ def _stored_counts(text: str) -> dict[str, int] | None:
 
 def _entity_list(mid: int, text: Any) -> list[str]:
     """A message's stored entities (a JSON list of strings), or a clear error for a damaged file."""
-    ents = _stored_entities(text) if isinstance(text, str) else None
-    if ents is None:
-        raise StorageCorruptError(f"the entities of message {mid} are not a JSON list; the memory file is damaged "
-                                  "or was edited (run `memsif check`)")
-    return list(ents)
-
-
-@lru_cache(maxsize=1024)
-def _stored_entities(text: str) -> tuple[str, ...] | None:
-    """A placement's stored entities (a JSON list of strings), None if they are not. Kept: a unit's
-    members repeat the same few lists (none, a speaker's name), and a forget reads every member of
-    a trajectory."""
     try:
         ents = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
+    except (TypeError, ValueError, RecursionError):
+        ents = None
     if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
-        return None
-    return tuple(ents)
+        raise StorageCorruptError(f"the entities of message {mid} are not a JSON list; the memory file is damaged "
+                                  "or was edited (run `memsif check`)")
+    return ents
 
 
 def entity_counts(what: str, text: Any) -> dict[str, int]:
@@ -332,8 +321,8 @@ class Structure(Table):
             f"JOIN messages m ON m.id=u.message_id WHERE {_MEMBERS[level]} ORDER BY m.id", (uid,))]
 
     def member_vectors(self, level: str, uid: int) -> Members:
-        """A unit's members (message ids, vectors, entities, times): what its aggregate is made of.
-        The vectors are read as one matrix (a trajectory of a long life holds hundreds of thousands)."""
+        """A unit's members (message ids, vector codes, entities, times): what its aggregate is made of.
+        The codes are read as one matrix (a trajectory of a long life holds hundreds of thousands)."""
         rows = self.con.execute(
             "SELECT u.message_id, v.embedding, u.entities, m.at FROM message_units u "
             "JOIN messages m ON m.id=u.message_id JOIN message_vec v ON v.rowid=u.message_id "
@@ -344,8 +333,9 @@ class Structure(Table):
             raise StorageCorruptError(f"the vector of message {bad} is not {dim} int8 values; the memory file is "
                                       "damaged or was edited (run `memsif check`)")
         codes = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), dim)
-        return Members([r[0] for r in rows], dequantize(codes), [_entity_list(r[0], r[2]) for r in rows],
-                       [r[3] for r in rows])
+        parsed: dict[Any, list[str]] = {}  # members repeat a few lists (none, a speaker's name): parsed once a call
+        ents = [parsed[r[2]] if r[2] in parsed else parsed.setdefault(r[2], _entity_list(r[0], r[2])) for r in rows]
+        return Members([r[0] for r in rows], codes, ents, [r[3] for r in rows])
 
     def shown_with(self, mid: int, limit: int) -> list[int]:
         """The messages whose CoreFact extraction may have shown message ``mid`` to an LLM: those of
