@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder
 from memsif_lite import Memory
 from memsif_lite.db.changes import ChangeLog
+from memsif_lite.db import rewind
 from memsif_lite.db.rewind import Rewind, pack, unpack
 
 TABLES = ("segments", "trajectories", "core_facts", "fact_sources")
@@ -39,11 +40,12 @@ def _rows(con: apsw.Connection) -> dict[str, list[list]]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1))
-def test_erase_removes_exactly_the_images_of_the_rows_forgotten(base, tmp_path_factory, seed):
+@given(seed=st.integers(0, 2**32 - 1), chunk=st.sampled_from([1, 3, rewind.ERASE_CHUNK]))
+def test_erase_removes_exactly_the_images_of_the_rows_forgotten(base, tmp_path_factory, monkeypatch, seed, chunk):
     """Every image of a forgotten row goes (a fact source's key takes its fact's images too), every
-    other entry stays (a few keys or many), a change with nothing to erase keeps its stored bytes, and images that are
-    not a JSON object are erased (as before the search)."""
+    other entry stays (a few keys or many; the log read a row, three rows or all at a time), a change
+    with nothing to erase keeps its stored bytes, and images that are not a JSON object are erased
+    (as before the search)."""
     rng = random.Random(seed)
     path = tmp_path_factory.mktemp("e") / "m.db"
     path.write_bytes(base.read_bytes())
@@ -77,6 +79,7 @@ def test_erase_removes_exactly_the_images_of_the_rows_forgotten(base, tmp_path_f
                     for _ in range(rng.randint(0, 3))} for t in TABLES}
         if rng.random() < 0.5:  # keys no change holds, more than a search names one by one (then compared)
             keys["trajectories"] |= {(rng.randint(10**7, 10**9),) for _ in range(40)}
+        monkeypatch.setattr(rewind, "ERASE_CHUNK", chunk)
         Rewind(con).erase(keys)
         gone = dict(keys, core_facts=keys["core_facts"] | {(k[0],) for k in keys["fact_sources"]})
         for cid, images, blob in changes:

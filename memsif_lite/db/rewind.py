@@ -29,8 +29,8 @@ import apsw
 from ..errors import StorageCorruptError
 from .base import Table
 
-__all__ = ["IMAGE_TABLES", "DERIVED", "watch", "images", "touched", "renumber", "Rewind", "Rows", "pack", "unpack",
-           "IMAGE_COLUMN", "record_time", "malformed_record_times"]
+__all__ = ["IMAGE_TABLES", "DERIVED", "ERASE_CHUNK", "watch", "images", "touched", "renumber", "Rewind", "Rows",
+           "pack", "unpack", "IMAGE_COLUMN", "record_time", "malformed_record_times"]
 
 #: the derived tables rewound, with their primary key columns (positions in the row)
 IMAGE_TABLES: dict[str, tuple[int, ...]] = {"core_facts": (0,), "fact_sources": (0, 1), "segments": (0,),
@@ -430,7 +430,7 @@ class Rewind(Table):
         while True:
             chunk = self.con.execute(
                 f"SELECT id, {IMAGE_COLUMN} FROM change_log WHERE {IMAGE_COLUMN} IS NOT NULL "
-                f"{'' if last is None else 'AND id > ? '}ORDER BY id LIMIT {_ERASE_CHUNK}",
+                f"{'' if last is None else 'AND id > ? '}ORDER BY id LIMIT {ERASE_CHUNK}",
                 () if last is None else (last,)).fetchall()
             if not chunk:
                 return n
@@ -455,4 +455,4 @@ class Rewind(Table):
 
 
 #: change-log rows :meth:`Rewind.erase` reads at a time (its memory: their images, not the log's)
-_ERASE_CHUNK = 20_000
+ERASE_CHUNK = 20_000

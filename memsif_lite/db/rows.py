@@ -79,7 +79,8 @@ class Unit:
 @dataclass(frozen=True)
 class Members:
     """A segment's or trajectory's members, in message id order: what its aggregate is made of
-    (their stored int8 codes as one matrix, one row a member)."""
+    (their stored int8 codes as one matrix, one row a member). Read only: members with the same
+    entities share one list."""
 
     ids: list[int]
     codes: np.ndarray
