@@ -190,13 +190,14 @@ class Batch:
             self._after = log.last_id()
             self._covered = set()
             self._add(log.naming(sorted(want)), want)
-        missing = set(shown) - self._covered
-        last = log.last_id()
-        if last > self._after:  # rows written meanwhile (an ActiveFact promotion): for every message
-            self._add(log.naming(sorted(self._covered | missing), after=self._after), set())
-            self._after = last
-        if missing:
-            self._add(log.naming(sorted(missing)), missing)
+        else:
+            missing = set(shown) - self._covered
+            last = log.last_id()
+            if last > self._after:  # rows written meanwhile (an ActiveFact promotion): for every message
+                self._add(log.naming(sorted(self._covered | missing), after=self._after), set())
+                self._after = last
+            if missing:
+                self._add(log.naming(sorted(missing)), missing)
         wanted = set(shown)
         rows = [self._rows[k] for k in sorted(self._rows) if self._rows[k][3] & wanted]
         held = log.holding([r[0] for r in rows])

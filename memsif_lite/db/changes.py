@@ -381,35 +381,25 @@ class ChangeLog(Table):
         content that cites any of these messages, by id. Each row's content is read once, however
         many of them it cites (an import's row cites every message)."""
         named: dict[int, set[int]] = {}
-        ids = sorted(set(messages))
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            for rid, value in self.con.execute(
-                    f"SELECT c.id, j.value FROM change_log c, json_each(c.ids, '$.messages') j "
-                    f"WHERE c.id > ? AND ({_HELD}) AND j.value IN ({','.join('?' * len(chunk))})", (after, *chunk)):
-                named.setdefault(int(rid), set()).add(int(value))  # equal to one of ``messages`` (5.0, true too)
+        for rid, value in self.rows_in(
+                f"SELECT c.id, j.value FROM change_log c, json_each(c.ids, '$.messages') j "
+                f"WHERE c.id > ? AND ({_HELD}) AND j.value IN ({{marks}})", sorted(set(messages)), (after,)):
+            named.setdefault(int(rid), set()).add(int(value))  # equal to one of ``messages`` (5.0, true too)
         out = []
-        rows = sorted(named)
-        for start in range(0, len(rows), 500):
-            chunk = rows[start:start + 500]
-            for rid, summary, undo, image, cited in self.con.execute(
-                    f"SELECT id, summary, undo, {IMAGE_COLUMN}, ids FROM change_log "
-                    f"WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk).fetchall():
-                text = " ".join(str(x) for x in (summary, undo) if x is not None)
-                if image is not None:
-                    text += " " + json.dumps(unpack(image), ensure_ascii=False)
-                mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
-                out.append((int(rid), text, mids, frozenset(named[int(rid)])))
+        for rid, summary, undo, image, cited in self.rows_in(
+                f"SELECT id, summary, undo, {IMAGE_COLUMN}, ids FROM change_log WHERE id IN ({{marks}}) ORDER BY id",
+                sorted(named)):
+            text = " ".join(str(x) for x in (summary, undo) if x is not None)
+            if image is not None:
+                text += " " + json.dumps(unpack(image), ensure_ascii=False)
+            mids = [m for m in _ids(cited).get("messages", []) if isinstance(m, int)]
+            out.append((int(rid), text, mids, frozenset(named[int(rid)])))
         return out
 
     def holding(self, rows: Sequence[int]) -> set[int]:
         """Those of these rows (ids) that still hold content (not erased)."""
-        ids, out = sorted(set(rows)), set[int]()
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            out.update(r for (r,) in self.con.execute(
-                f"SELECT id FROM change_log WHERE id IN ({','.join('?' * len(chunk))}) AND ({_HELD})", chunk))
-        return out
+        return {r for (r,) in self.rows_in(f"SELECT id FROM change_log WHERE id IN ({{marks}}) AND ({_HELD})",
+                                            sorted(set(rows)))}
 
     def erase(self, rows: Sequence[int]) -> int:
         """Erase the content (summary, undo and before images) of these rows, by id, as

@@ -154,9 +154,8 @@ class Structure(Table):
                                       "edited (run `memsif check`)")
         if row[6]:  # a linked segment: its sum (and its entity counts, unless stored) from its members
             members = self.member_vectors(level, uid)
-            total, counted = members.vec_sum, members.entity_counts()
-            if row[3] != NO_COUNTS:
-                counted = Counter(_stored_counts(row[3]))
+            total = members.vec_sum
+            counted = members.entity_counts() if row[3] == NO_COUNTS else Counter(_stored_counts(row[3]))
         else:
             total = from_sum(row[2])
             counted = Counter(_stored_counts(row[3]))
