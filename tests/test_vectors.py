@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, raw
 from memsif_lite import Memory, store
 from memsif_lite.db import Database
-from memsif_lite.int8 import dequantize, quantize, squared_norms
+from memsif_lite.int8 import cosine_distances, dequantize, quantize, squared_norms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -90,6 +90,37 @@ def test_cache_ranks_exactly_like_vec0(seed, n, k, dup):
             assert [x for x in cached if x[1] != last] == [x for x in exact if x[1] != last]
         finally:
             db.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 400), k=st.integers(1, 120), zeros=st.integers(0, 5),
+       lattice=st.booleans(), zero_query=st.booleans())
+def test_cache_ranking_is_every_row_ranked_exactly(seed, n, k, zeros, lattice, zero_query):
+    """The cache keeps only the rows a float32 pass leaves near the k-th and ranks those exactly:
+    the result is every row's exact distance ranked with ties by id, also with many equal and nearly
+    equal distances (small integer vectors), all-zero rows (NaN: last) and an all-zero query."""
+    rng = np.random.default_rng(seed)
+    dim = 6
+    vecs = (rng.integers(-2, 3, size=(n, dim)) if lattice else rng.standard_normal((n, dim))).astype(np.float32)
+    vecs[rng.choice(n, size=min(zeros, n), replace=False)] = 0.0
+    q = np.zeros(dim, np.float32) if zero_query else rng.standard_normal(dim).astype(np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        db = _database(Path(d) / "m.db", dim)
+        try:
+            ids = np.array(_insert(db, vecs), dtype=np.int64)
+            with db.read():
+                db.vectors.sync()
+                got = db.vectors.search(q, k)
+        finally:
+            db.close()
+    codes, qc = quantize(vecs), quantize(q)
+    dots = codes.astype(np.int64) @ qc.astype(np.int64)
+    dist = cosine_distances(dots.astype(np.float32), squared_norms(codes), float(qc.astype(np.int64) @ qc))
+    order = np.lexsort((ids, dist))[:k]
+    want = list(zip(ids[order].tolist(), dist[order].tolist(), strict=True))
+    assert [m for m, _ in got] == [m for m, _ in want]
+    assert np.array_equal(np.array([x for _, x in got], np.float32), np.array([x for _, x in want], np.float32),
+                          equal_nan=True)
 
 
 def test_cache_follows_this_process_commits_and_rollbacks(tmp_path):

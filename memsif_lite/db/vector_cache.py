@@ -15,7 +15,8 @@ source of truth; the cache is a view of it that is checked before every query.
   misses one committed, before its snapshot began.
 * **Ranking** is sqlite-vec's, bit for bit: int8 codes, the query quantised the same way, exact
   integer dot products, cosine distance in double rounded to float32 (``int8.cosine_distances``),
-  ties by id — up to dimension 1,023 (the bundled model's is 384). Above it a sum can pass 2²⁴,
+  ties by id (taken for the rows a float32 pass over every scanned row leaves near the ``k``-th:
+  :meth:`VectorCache._ranked`) — up to dimension 1,023 (the bundled model's is 384). Above it a sum can pass 2²⁴,
   where float32 rounds, in sqlite-vec's sums as in the cache's, each in its own order: distances
   then differ in their last digits (seen at dimension 1,536: a cold review's finding, 2026-12-02).
 * **Filtered search** (:class:`Allowed`): the message cache holds each message's time (its
@@ -26,8 +27,8 @@ source of truth; the cache is a view of it that is checked before every query.
   vectors' coherence rules. A cache holding a time it cannot compare exactly as SQLite would
   (longer than ``TIME_BYTES``, not ASCII: a damaged file), or a vector without its message,
   declines time windows and vec0 serves them.
-* **Memory**: ``dim + 16`` bytes per vector (int8 codes, id, squared norm), plus ``TIME_BYTES`` per
-  message — 43 MB for 100,000 messages of dimension 384 — plus one block of ``BLOCK × dim``
+* **Memory**: ``dim + 12`` bytes per vector (int8 codes, id, inverse norm), plus ``TIME_BYTES`` per
+  message — 42 MB for 100,000 messages of dimension 384 — plus one block of ``BLOCK × dim``
   float32 scratch (1.5 MB) for the blockwise dequantisation. Above ``MAX_BYTES`` the cache turns
   itself off and vec0 serves.
 """
@@ -38,12 +39,12 @@ import itertools
 import logging
 import mmap
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import apsw
 import numpy as np
 
-from ..int8 import cosine_distances, quantize, squared_norms
+from ..int8 import NEAR_MARGIN, cosine_distances, inverse_norms, quantize, squared_norms
 from .. import partition as dense
 from ..partition import NONE, Centroids, probe
 from .partition import EMPTY, ListMap, PartitionRows
@@ -96,7 +97,7 @@ class VectorCache:
         self.append_only = table == "message_vec"
         self._codes = np.empty((0, dim), dtype=np.int8)
         self._ids = np.empty(0, dtype=np.int64)
-        self._sq = np.empty(0, dtype=np.float64)
+        self._inv = np.empty(0, dtype=np.float32)  # each row's 1 / norm (int8.inverse_norms)
         self._times = np.empty(0, dtype=f"S{TIME_BYTES}")  # message cache: each row's time (else unused)
         self._timed = True              # every cached row's time is held exactly (see the module docstring)
         self._n = 0
@@ -172,7 +173,7 @@ class VectorCache:
             if op == "delete":
                 for i in at[::-1]:  # swap with the last row (order does not matter: ranking sorts)
                     last = self._n - 1
-                    self._codes[i], self._ids[i], self._sq[i] = self._codes[last], self._ids[last], self._sq[last]
+                    self._codes[i], self._ids[i], self._inv[i] = self._codes[last], self._ids[last], self._inv[last]
                     if self.append_only:
                         self._times[i], self._lists[i] = self._times[last], self._lists[last]
                     self._n, self._index = last, None
@@ -181,7 +182,7 @@ class VectorCache:
             elif op == "set" and len(at):
                 assert code is not None
                 self._codes[at[0]] = code
-                self._sq[at[0]] = squared_norms(code[None, :])[0]
+                self._inv[at[0]] = inverse_norms(code[None, :])[0]
             else:
                 assert code is not None
                 self._append(np.array([mid], dtype=np.int64), code[None, :], None if when is None else [when])
@@ -287,7 +288,7 @@ class VectorCache:
                     at = np.concatenate([place.pop(r[0]) for r in group if r[0] in place] or [np.empty(0, np.int64)])
                     if len(at) != m:
                         raise ValueError(f"{t}: the chunks changed between two reads")
-                self._ids[at], self._codes[at], self._sq[at] = ids, codes, squared_norms(codes)
+                self._ids[at], self._codes[at], self._inv[at] = ids, codes, inverse_norms(codes)
                 n += m
             if n != total:
                 raise ValueError(f"{t}: {n} valid rows in the chunks, {total} rowids")
@@ -436,9 +437,14 @@ class VectorCache:
             if k <= 0 or not runs:
                 return []
             dots = self._run_dots(runs, qf)
-            sq = np.concatenate([self._sq[a:b] for a, b in runs])
-            ids = np.concatenate([self._ids[a:b] for a, b in runs])
-            return self._ranked(dots, sq, ids, qf, k)
+            inv = np.concatenate([self._inv[a:b] for a, b in runs])
+            starts = np.array([a for a, _ in runs], dtype=np.int64)
+            offsets = np.cumsum([0] + [b - a for a, b in runs[:-1]], dtype=np.int64)
+
+            def place(i: np.ndarray) -> np.ndarray:
+                j = np.searchsorted(offsets, i, side="right") - 1
+                return starts[j] + (i - offsets[j])
+            return self._ranked(dots, inv, place, qf, k)
         n = self._n if rows is None else len(rows)
         if k <= 0 or n == 0:
             return []
@@ -449,8 +455,9 @@ class VectorCache:
             np.copyto(m, self._codes[s:e] if rows is None else self._codes[rows[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
         if rows is None:
-            return self._ranked(dots, self._sq[:n], self._ids[:n], qf, k)
-        return self._ranked(dots, self._sq[rows], self._ids[rows], qf, k)
+            return self._ranked(dots, self._inv[:n], lambda i: i, qf, k)
+        picked = rows
+        return self._ranked(dots, self._inv[picked], lambda i: picked[i], qf, k)
 
     def _run_dots(self, runs: list[tuple[int, int]], qf: np.ndarray) -> np.ndarray:
         """The dot products with ``qf`` of the rows of ``runs`` (start, end), in order: the runs are
@@ -471,27 +478,36 @@ class VectorCache:
             np.matmul(scratch[:fill], qf, out=dots[at:at + fill])
         return dots
 
-    def _ranked(self, dots: np.ndarray, sq: np.ndarray, ids: np.ndarray, qf: np.ndarray, k: int
-                ) -> list[tuple[int, float]]:
-        """The ``k`` nearest of the rows whose dot products with ``qf`` are ``dots`` (their squared
-        norms ``sq``, their ids ``ids``), nearest first, ties by id."""
+    def _ranked(self, dots: np.ndarray, inv: np.ndarray, place: Callable[[np.ndarray], np.ndarray],
+                qf: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The ``k`` nearest of the rows whose dot products with ``qf`` are ``dots`` (their
+        inverse norms ``inv``; ``place`` maps indices of ``dots`` to cache positions), nearest
+        first, ties by id. Every row's distance is first taken in float32 from its inverse norm;
+        only the rows within :data:`~memsif_lite.int8.NEAR_MARGIN` of the ``k``-th of those (a
+        superset of the exact ``k`` nearest) get their exact distance and are ranked: the result
+        is that of ranking every row exactly."""
         n = len(dots)
         if k <= 0 or n == 0:
             return []
-        dist = cosine_distances(dots, sq, float(qf @ qf))
+        qq = float(qf @ qf)
+        near: np.ndarray = np.arange(n)
         if k < n:
-            part = np.argpartition(dist, k - 1)[:k]
-            cut = dist[part].max()
-            part = np.flatnonzero(dist <= cut)  # keep every tie at the boundary, ordered by id below
-        else:
-            part = np.arange(n)
-        order = part[np.lexsort((ids[part], dist[part]))][:k]
+            iq = np.float32(1.0 / np.sqrt(qq)) if qq > 0 else np.float32(np.inf)
+            with np.errstate(invalid="ignore"):  # 0 * inf: an all-zero row or query, NaN (last)
+                approx = np.float32(1.0) - dots * inv * iq
+            cut = approx[np.argpartition(approx, k - 1)[k - 1]]
+            if not np.isnan(cut):  # (else fewer than k rows can be ranked: all of them are)
+                near = np.flatnonzero(approx <= cut + np.float32(NEAR_MARGIN))
+        pos = place(near)
+        dist = cosine_distances(dots[near], squared_norms(self._codes[pos]), qq)
+        ids = self._ids[pos]
+        order = np.lexsort((ids, dist))[:k]
         return list(zip(ids[order].tolist(), dist[order].tolist(), strict=True))
 
     @property
     def nbytes(self) -> int:
         """Memory held (allocated capacity of codes, ids and norms, plus the scratch block)."""
-        return (self._codes.nbytes + self._ids.nbytes + self._sq.nbytes + self._times.nbytes + self._lists.nbytes
+        return (self._codes.nbytes + self._ids.nbytes + self._inv.nbytes + self._times.nbytes + self._lists.nbytes
                 + self._list_map.nbytes + self._scratch.nbytes + (0 if self._index is None else self._index.nbytes))
 
     @property
@@ -509,7 +525,7 @@ class VectorCache:
     def _reset(self) -> None:
         self._codes = np.empty((0, self.dim), dtype=np.int8)
         self._ids = np.empty(0, dtype=np.int64)
-        self._sq = np.empty(0, dtype=np.float64)
+        self._inv = np.empty(0, dtype=np.float32)
         self._times = np.empty(0, dtype=f"S{TIME_BYTES}")
         self._lists = np.empty(0, dtype=np.uint16)
         self._n, self._hw, self._loaded, self._timed = 0, 0, False, True
@@ -521,7 +537,7 @@ class VectorCache:
             return
         cap = need if self._n == 0 else max(need, int(len(self._ids) * 1.25) + 256)
         arrays: list[tuple[str, tuple[int, ...], Any]] = [
-            ("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64), ("_sq", (cap,), np.float64)]
+            ("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64), ("_inv", (cap,), np.float32)]
         if self.append_only:
             arrays += [("_times", (cap,), np.dtype(f"S{TIME_BYTES}")), ("_lists", (cap,), np.uint16)]
         for name, shape, dt in arrays:
@@ -535,7 +551,7 @@ class VectorCache:
         self._grow(need)
         self._codes[self._n:need] = codes
         self._ids[self._n:need] = ids
-        self._sq[self._n:need] = squared_norms(codes)
+        self._inv[self._n:need] = inverse_norms(codes)
         if self.append_only:
             self._lists[self._n:need] = self._list_map.lookup(ids)
             held = _time_code(times) if times is not None else None
