@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, raw
 from memsif_lite import Memory, store
 from memsif_lite.db import Database
-from memsif_lite.int8 import cosine_distances, dequantize, dot_products, quantize, squared_norms
+from memsif_lite.int8 import cosine_distances, dequantize, quantize, squared_norms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -63,25 +63,6 @@ def test_squared_norms_are_exact_at_any_dimension(seed, n, dim, extreme):
     want = (codes.astype(np.int64) ** 2).sum(axis=1).astype(np.float64)
     got = squared_norms(codes)
     assert got.dtype == np.float64 and np.array_equal(got, want)
-
-
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 3000), dim=st.sampled_from([1, 7, 384, 1023, 1536]),
-       extreme=st.booleans(), strided=st.booleans())
-def test_dot_products_are_exact_integers(seed, n, dim, extreme, strided):
-    """onnxruntime's MatMulInteger gives numpy's int64 products, also for the largest codes, a
-    strided view and no rows at all."""
-    rng = np.random.default_rng(seed)
-    codes = rng.integers(-128, 128, size=(2 * n if strided else n, dim), dtype=np.int8)
-    q = rng.integers(-128, 128, size=dim, dtype=np.int8)
-    if extreme:
-        codes = np.where(rng.random(codes.shape) < 0.5, np.int8(-128), np.int8(127)).astype(np.int8)
-        q = np.full(dim, -128, dtype=np.int8)
-    if strided:
-        codes = codes[::2]
-    got = dot_products(codes, q)
-    assert got.dtype == np.int32 and got.shape == (n,)
-    assert np.array_equal(got, codes.astype(np.int64) @ q.astype(np.int64))
 
 
 @settings(max_examples=40, deadline=None)
