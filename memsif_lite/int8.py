@@ -9,14 +9,9 @@ compute — do not depend on the scale at all.
 
 from __future__ import annotations
 
-import os
-import threading
-from typing import Any
-
 import numpy as np
 
-__all__ = ["quantize", "dequantize", "cosine_distances", "squared_norms", "inverse_norms", "dot_products",
-           "NEAR_MARGIN"]
+__all__ = ["quantize", "dequantize", "cosine_distances", "squared_norms", "inverse_norms", "NEAR_MARGIN"]
 
 #: rows converted to float32 at a time by :func:`squared_norms` (fits the CPU cache)
 _BLOCK = 1024
@@ -74,68 +69,3 @@ def inverse_norms(codes: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return (1.0 / np.sqrt(squared_norms(codes))).astype(np.float32)
 
-
-def dot_products(codes: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Exact dot products (int32) of int8 code rows ``[n, dim]`` with the int8 code ``q``: one
-    onnxruntime ``MatMulInteger`` (its int8 kernels read the codes as they lie, no float32 copy;
-    ~20 % faster than converting blocks to float32 for a BLAS product, 2026-12-03), on the calling
-    thread. ``|sum| <= 128² · dim`` fits int32 up to dimension 131,071."""
-    if codes.shape[0] == 0:
-        return np.empty(0, dtype=np.int32)
-    out = _dots_session().run(None, {"A": np.ascontiguousarray(codes, dtype=np.int8),
-                                     "B": np.ascontiguousarray(q, dtype=np.int8).reshape(-1, 1)})[0]
-    return out.reshape(-1)
-
-
-_session: tuple[int, Any] | None = None
-_session_lock = threading.Lock()
-
-
-def _dots_session() -> Any:
-    """The ``MatMulInteger`` session of this process (made again in a forked child), one thread."""
-    global _session
-    held = _session
-    if held is not None and held[0] == os.getpid():
-        return held[1]
-    with _session_lock:
-        if _session is None or _session[0] != os.getpid():
-            import onnxruntime as ort
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-            opts.log_severity_level = 3
-            sess = ort.InferenceSession(_matmul_integer_model(), opts, providers=["CPUExecutionProvider"])
-            sess.disable_fallback()
-            _session = (os.getpid(), sess)
-        return _session[1]
-
-
-def _matmul_integer_model() -> bytes:
-    """The ONNX model ``Y[n, 1] = MatMulInteger(A[n, d], B[d, 1])`` (int8 in, int32 out; IR 8,
-    opset 13), written out as its protobuf bytes: field numbers from onnx.proto3 (ModelProto:
-    ir_version 1, graph 7, opset_import 8; GraphProto: node 1, name 2, input 11, output 12; NodeProto:
-    input 1, output 2, op_type 4; ValueInfoProto: name 1, type 2; TypeProto: tensor_type 1;
-    TypeProto.Tensor: elem_type 1, shape 2; TensorShapeProto: dim 1; Dimension: dim_value 1, dim_param 2)."""
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            b, n = n & 0x7F, n >> 7
-            out.append(b | (0x80 if n else 0))
-            if not n:
-                return bytes(out)
-
-    def field(num: int, payload: bytes | str) -> bytes:
-        data = payload.encode() if isinstance(payload, str) else payload
-        return varint(num << 3 | 2) + varint(len(data)) + data
-
-    def number(num: int, value: int) -> bytes:
-        return varint(num << 3) + varint(value)
-
-    def value(name: str, elem: int, dims: tuple[str | int, ...]) -> bytes:
-        shape = b"".join(field(1, number(1, d) if isinstance(d, int) else field(2, d)) for d in dims)
-        return field(1, name) + field(2, field(1, number(1, elem) + field(2, shape)))
-
-    INT8, INT32 = 3, 6
-    node = field(1, "A") + field(1, "B") + field(2, "Y") + field(4, "MatMulInteger")
-    graph = (field(1, node) + field(2, "int8_dots") + field(11, value("A", INT8, ("n", "d")))
-             + field(11, value("B", INT8, ("d", 1))) + field(12, value("Y", INT32, ("n", 1))))
-    return number(1, 8) + field(7, graph) + field(8, field(1, "") + number(2, 13))
