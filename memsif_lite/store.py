@@ -174,6 +174,13 @@ def _looks_encrypted(head: bytes) -> bool:
     return head[21:24] == b"\x40\x20\x20" and 512 <= size <= 65536 and size & (size - 1) == 0
 
 
+#: each connection's page cache, KiB (SQLite's default is 2,000: 2 MB); it only grows as pages are
+#: read. A BM25 query looks up the length of every row it scores (``message_fts_docsize``, 11 bytes
+#: a message): at a million messages a 2 MB cache sent most of those lookups to the operating system
+#: and BM25 took 28-32 ms p50 where 16-128 MiB took 21-26 (benchmarks/README.md, "The page cache").
+PAGE_CACHE_KIB = 32768
+
+
 def _harden(con: apsw.Connection) -> None:
     con.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
     con.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
@@ -627,6 +634,7 @@ def connect(
                 log.warning("could not switch %s to WAL (journal_mode=%s)", path, mode)
         _sql(con, f"PRAGMA synchronous={synchronous}")
         _sql(con, "PRAGMA foreign_keys=ON")
+        _sql(con, f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         if not readonly:
             _migrate(con, dim, initial_meta or {})
     except apsw.Error as e:

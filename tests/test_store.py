@@ -109,6 +109,20 @@ def test_a_large_file_is_checked_whole_by_check_not_at_every_open(db, fake_embed
     assert db.read_bytes() == damaged
 
 
+def test_every_connection_gets_the_larger_page_cache(db, fake_embedder):
+    """Read-write and read-only connections alike: PAGE_CACHE_KIB of page cache (BM25 at a million
+    messages looks up every scored row's length; SQLite's 2 MB default sent those to the OS)."""
+    with Memory(db, embedder=fake_embedder) as mem:
+        mem.add("A", "hello there")
+    for readonly in (False, True):
+        con = store.connect(db, dim=fake_embedder.dim, readonly=readonly)
+        try:
+            assert con.execute("PRAGMA cache_size").fetchone()[0] == -store.PAGE_CACHE_KIB
+        finally:
+            con.close()
+    assert store.PAGE_CACHE_KIB >= 16 * 1024
+
+
 def test_newer_schema_version_refused_and_unchanged(db, fake_embedder):
     Memory(db, embedder=fake_embedder).close()
     con = apsw.Connection(str(db))
