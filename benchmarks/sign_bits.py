@@ -27,6 +27,7 @@ from _common import machine  # noqa: E402
 from scale import as_built  # noqa: E402
 
 from memsif_lite import Memory  # noqa: E402
+from memsif_lite.int8 import squared_norms  # noqa: E402
 from memsif_lite.int8 import cosine_distances, quantize  # noqa: E402
 
 
@@ -64,7 +65,8 @@ def main() -> None:
         mem.search(queries[0], k=10)  # loads the vector cache
         cache = mem._db.messages.cache  # benchmark-only: the cache's arrays, as loaded
         n = cache.size
-        codes, ids, sq = cache._codes[:n], cache._ids[:n], cache._sq[:n]
+        codes, ids = cache._codes[:n], cache._ids[:n]
+        sq = squared_norms(codes)
         t = time.perf_counter()
         center, bits = centred_bits(codes)
         cols = np.ascontiguousarray(bits.view(np.uint64).T)

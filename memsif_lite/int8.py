@@ -17,8 +17,9 @@ __all__ = ["quantize", "dequantize", "cosine_distances", "squared_norms", "inver
 _BLOCK = 1024
 #: how far above the ``k``-th smallest a distance taken with :func:`inverse_norms` (float32) may
 #: lie and still belong to the exact ``k`` nearest: such a distance is within 1e-6 of the true one
-#: (a few float32 roundings of numbers at most 1 in size), the exact one is rounded to float32
-#: (6e-8 near 1), so a row further than this from the ``k``-th cannot be among the exact ``k``
+#: (four float32 roundings, each relative, of a cosine at most 1 in size, and that of ``1 - cos``),
+#: the exact one is rounded to float32 (6e-8 near 1), so a row further than this from the ``k``-th
+#: cannot be among the exact ``k``
 NEAR_MARGIN = 1e-5
 
 

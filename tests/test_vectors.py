@@ -94,16 +94,26 @@ def test_cache_ranks_exactly_like_vec0(seed, n, k, dup):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 400), k=st.integers(1, 120), zeros=st.integers(0, 5),
-       lattice=st.booleans(), zero_query=st.booleans())
-def test_cache_ranking_is_every_row_ranked_exactly(seed, n, k, zeros, lattice, zero_query):
+       kind=st.sampled_from(["lattice", "gaussian", "near"]), zero_query=st.booleans())
+def test_cache_ranking_is_every_row_ranked_exactly(seed, n, k, zeros, kind, zero_query):
     """The cache keeps only the rows a float32 pass leaves near the k-th and ranks those exactly:
-    the result is every row's exact distance ranked with ties by id, also with many equal and nearly
-    equal distances (small integer vectors), all-zero rows (NaN: last) and an all-zero query."""
+    the result is every row's exact distance ranked with ties by id, also with many equal distances
+    (small integer vectors), distances a float32 pass cannot tell apart (one code, each row with one
+    entry moved by one: fails without NEAR_MARGIN), all-zero rows (NaN: last) and an all-zero query."""
     rng = np.random.default_rng(seed)
-    dim = 6
-    vecs = (rng.integers(-2, 3, size=(n, dim)) if lattice else rng.standard_normal((n, dim))).astype(np.float32)
+    dim = 384 if kind == "near" else 6
+    if kind == "near":
+        base = quantize(rng.standard_normal(dim).astype(np.float32)).astype(np.int16)
+        codes = np.repeat(base[None], n, axis=0)
+        codes[np.arange(n), rng.integers(0, dim, n)] += rng.choice([-1, 1], n).astype(np.int16)
+        vecs = np.clip(codes, -127, 127).astype(np.float32)
+    else:
+        drawn = rng.integers(-2, 3, size=(n, dim)) if kind == "lattice" else rng.standard_normal((n, dim))
+        vecs = drawn.astype(np.float32)
     vecs[rng.choice(n, size=min(zeros, n), replace=False)] = 0.0
     q = np.zeros(dim, np.float32) if zero_query else rng.standard_normal(dim).astype(np.float32)
+    if kind == "near" and not zero_query:
+        q = vecs[0] + rng.standard_normal(dim).astype(np.float32) * 0.3
     with tempfile.TemporaryDirectory() as d:
         db = _database(Path(d) / "m.db", dim)
         try:
