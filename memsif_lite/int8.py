@@ -69,4 +69,3 @@ def inverse_norms(codes: np.ndarray) -> np.ndarray:
     any dot product, always 0, is then NaN: such a row ranks last, as its exact distance does)."""
     with np.errstate(divide="ignore"):
         return (1.0 / np.sqrt(squared_norms(codes))).astype(np.float32)
-

@@ -177,7 +177,8 @@ def _looks_encrypted(head: bytes) -> bool:
 #: each connection's page cache, KiB (SQLite's default is 2,000: 2 MB); it only grows as pages are
 #: read. A BM25 query looks up the length of every row it scores (``message_fts_docsize``, 11 bytes
 #: a message): at a million messages a 2 MB cache sent most of those lookups to the operating system
-#: and BM25 took 28-32 ms p50 where 16-128 MiB took 21-26 (benchmarks/README.md, "The page cache").
+#: and BM25 took 28-32 ms p50 where 16-128 MiB took 21-26 (benchmarks/README.md,
+#: "Search at 1M: the page cache and a float32 first pass").
 PAGE_CACHE_KIB = 32768
 
 
