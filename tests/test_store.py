@@ -21,6 +21,7 @@ from memsif_lite import (
 )
 from fakes import FakeEmbedder, raw
 from memsif_lite import store
+from memsif_lite.keys import as_key
 
 
 def _snapshot(path):
@@ -110,14 +111,20 @@ def test_a_large_file_is_checked_whole_by_check_not_at_every_open(db, fake_embed
 
 
 def test_every_connection_gets_the_larger_page_cache(db, fake_embedder):
-    """Read-write and read-only connections alike: PAGE_CACHE_KIB of page cache (BM25 at a million
+    """Read-write, read-only, immutable and encrypted connections alike: PAGE_CACHE_KIB of page cache (BM25 at a million
     messages looks up every scored row's length; SQLite's 2 MB default sent those to the OS)."""
+    locked = db.with_name("locked.db")
     with Memory(db, embedder=fake_embedder) as mem:
         mem.add("A", "hello there")
-    for readonly in (False, True):
-        con = store.connect(db, dim=fake_embedder.dim, readonly=readonly)
+    with Memory(locked, embedder=fake_embedder, key="correct horse battery staple") as mem:
+        mem.add("A", "hello there")
+    key = as_key("correct horse battery staple")
+    opens = [(db, dict()), (db, dict(readonly=True)), (db, dict(readonly=True, immutable=True)),
+             (locked, dict(key=key)), (locked, dict(key=key, readonly=True))]
+    for path, how in opens:
+        con = store.connect(path, dim=fake_embedder.dim, **how)
         try:
-            assert con.execute("PRAGMA cache_size").fetchone()[0] == -store.PAGE_CACHE_KIB
+            assert con.execute("PRAGMA cache_size").fetchone()[0] == -store.PAGE_CACHE_KIB, how
         finally:
             con.close()
     assert store.PAGE_CACHE_KIB >= 16 * 1024
