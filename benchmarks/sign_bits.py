@@ -27,8 +27,7 @@ from _common import machine  # noqa: E402
 from scale import as_built  # noqa: E402
 
 from memsif_lite import Memory  # noqa: E402
-from memsif_lite.int8 import squared_norms  # noqa: E402
-from memsif_lite.int8 import cosine_distances, quantize  # noqa: E402
+from memsif_lite.int8 import cosine_distances, quantize, squared_norms  # noqa: E402
 
 
 def hamming(cols: np.ndarray, q: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
