@@ -235,9 +235,22 @@ def lives_in_reply(req: dict, title: str = "Moving") -> str:
             prompts.TITLE_SYSTEM: json.dumps({"title": title})}.get(system, "{}")
 
 
+def as_schema_19(path: Path) -> None:
+    """Turn a file back into what schema 19 wrote (before sql/0020): messages_known_at on the
+    record time's text."""
+    con = apsw.Connection(str(path))
+    try:
+        con.execute("BEGIN; DROP INDEX messages_known_at; CREATE INDEX messages_known_at ON messages(known_at); "
+                    "PRAGMA user_version=19; COMMIT")
+    finally:
+        con.close()
+
+
 def as_schema_18(path: Path, dim: int) -> None:
-    """Turn a file back into what schema 18 wrote (before sql/0019): every message's created_at
-    whole, change_log_at on the record time's text, segment and CoreFact vectors in chunks of 16."""
+    """Turn a file back into what schema 18 wrote (before sql/0019 and sql/0020): every message's
+    created_at whole, change_log_at and messages_known_at on the record time's text, segment and
+    CoreFact vectors in chunks of 16."""
+    as_schema_19(path)
     con = apsw.Connection(str(path))
     try:
         con.enable_load_extension(True)

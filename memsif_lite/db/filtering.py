@@ -25,7 +25,7 @@ from ..filters import MessageFilter
 from ..types import CoreFact
 from . import bm25
 from .base import Table
-from .messages import CREATED_AT, Messages
+from .messages import CREATED_AT, Messages, learnt
 from .rows import MessageRow
 from .structure import UNIT_TABLES, Structure
 from .vector_cache import Allowed
@@ -67,8 +67,8 @@ def _conditions(f: MessageFilter, alias: str, *, speakers: bool = True,
         where.append(f"{alias}.at <= ?")
         args.append(f.as_of)
     if f.known_at is not None:  # record time: learnt by then
-        where.append(f"{alias}.known_at <= ?")
-        args.append(f.known_at)
+        where.append(learnt("<=", f"{alias}."))
+        args += [f.known_at] * 3
     return where, args
 
 

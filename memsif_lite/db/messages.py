@@ -24,7 +24,8 @@ from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Messages", "cached_search", "cache_ready", "index_fulltext", "unindex_fulltext", "next_id", "retire_id",
            "high_water", "ID_HIGH", "malformed_times", "id_problems", "ID_LIMIT", "CONTENT_KEY",
-           "SHORTEN_CONTENT_KEYS", "CREATED_AT", "created_at_of", "SAME_AS_KNOWN"]
+           "SHORTEN_CONTENT_KEYS", "CREATED_AT", "created_at_of", "SAME_AS_KNOWN",
+           "learnt"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,19 @@ def created_at_of(alias: str = "") -> str:
 
 #: a message's created_at, read from ``messages`` without an alias
 CREATED_AT = created_at_of()
+
+
+def learnt(op: str, alias: str = "") -> str:
+    """The condition ``{alias}known_at {op} ?`` (a message learnt by, or after, a record time)
+    written so that the index ``messages_known_at`` answers it (schema 20: it indexes the time's
+    second, ``unixepoch(known_at)``): a row of another second is decided by the index alone (its
+    row is not read: SQLite defers the seek), a row of the bound's own second is read for the
+    exact time. Its argument is given three times."""
+    if op not in ("<=", ">"):
+        raise ValueError(op)
+    strict = op[0]
+    return (f"(unixepoch({alias}known_at) {strict} unixepoch(?) OR "
+            f"(unixepoch({alias}known_at) = unixepoch(?) AND {alias}known_at {op} ?))")
 
 #: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)
 ID_HIGH = {"messages": "message_id_high", "core_facts": "fact_id_high"}
@@ -111,15 +125,18 @@ def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
 
 def malformed_times(con: Any) -> list[str]:
     """``memsif check``: messages whose time is not a stored time (reading them raises
-    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), and messages created at their
-    record time (:data:`SAME_AS_KNOWN`) that have none."""
+    StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), and messages whose record time
+    (``known_at``; none yet while an import loads them) is not a time: the index of record times
+    holds none for them (a read by record time, :func:`learnt`, would not find them; nor has one
+    whose created_at is :data:`SAME_AS_KNOWN`)."""
     bad = [mid for mid, at in con.execute("SELECT id, at FROM messages") if not is_stored(at)]
     out = [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
         if bad else []
-    n, first = con.execute(f"SELECT count(*), min(id) FROM messages WHERE created_at = '{SAME_AS_KNOWN}' "
-                           "AND unixepoch(known_at) IS NULL").fetchone()
+    n, first = con.execute("SELECT count(*), min(id) FROM messages WHERE unixepoch(known_at) IS NULL "
+                           f"AND (known_at IS NOT NULL OR created_at = '{SAME_AS_KNOWN}')").fetchone()
     if n:
-        out.append(f"{n} messages have no record time (known_at) to be created at (first: message {first})")
+        out.append(f"{n} messages have no record time (known_at) that is a memsif timestamp "
+                   f"(first: message {first})")
     return out
 
 

@@ -28,6 +28,7 @@ import apsw
 
 from ..errors import StorageCorruptError
 from .base import Table
+from .messages import learnt
 
 __all__ = ["IMAGE_TABLES", "DERIVED", "ERASE_CHUNK", "watch", "images", "touched", "renumber", "Rewind", "Rows",
            "pack", "unpack", "IMAGE_COLUMN", "record_time", "malformed_record_times"]
@@ -403,7 +404,7 @@ class Rewind(Table):
 
     def learnt_after(self, known_at: str) -> set[int]:
         """The ids of the messages learnt after record time ``known_at``."""
-        return {m for (m,) in self.con.execute("SELECT id FROM messages WHERE known_at > ?", (known_at,))}
+        return {m for (m,) in self.con.execute(f"SELECT id FROM messages WHERE {learnt('>')}", (known_at,) * 3)}
 
     def named_at(self, known_at: str, tables: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
         """:meth:`at`, each table's rows as ``{column: value}`` in primary key order."""
