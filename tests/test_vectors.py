@@ -315,6 +315,32 @@ def test_segment_cache_follows_rewrites_here_and_in_another_connection(seed, ste
             b.close()
 
 
+def test_a_row_rewritten_in_place_is_ranked_by_its_new_norm(tmp_path):
+    """A rewrite (``set``) changes a cached row's code and the inverse norm the float32 first pass
+    ranks by: a far segment with a large norm (a flat code) rewritten to the query's direction
+    (a one-entry code, a quarter of that norm) is the nearest, also with k below the row count."""
+    from collections import Counter
+
+    from memsif_lite.db import Unit
+
+    db = _database(tmp_path / "m.db", 16)
+    try:
+        q = np.eye(16, dtype=np.float32)[0]
+        near = q + 0.8 * np.eye(16, dtype=np.float32)[1]
+        with db.write():
+            far = db.structure.create_segment(-np.ones(16, np.float32), [], "2024-01-01T00:00:00")
+            others = [db.structure.create_segment(near, [], "2024-01-01T00:00:00") for _ in range(3)]
+        cache = db.structure.caches["segment"]
+        assert db.structure.dense("segment", q, 1) == [others[0]]  # loads the cache
+        with db.write():
+            db.structure.save("segment", Unit(far, 2, q.astype(np.float64), Counter(), "a", "b"))
+        assert cache.usable() and cache.size == 4
+        with db.read():
+            assert cache.search(q, 1) == db.structure.knn("segment_vec", q, 1) == [(far, 0.0)]
+    finally:
+        db.close()
+
+
 def test_a_cache_loaded_inside_a_rolled_back_transaction_keeps_no_ghost(tmp_path):
     """A merge reloads the caches inside its transaction (after rewriting rows under them); if
     that transaction rolls back, rows it read must not survive in the cache."""
