@@ -54,14 +54,16 @@ CREATED_AT = created_at_of()
 def learnt(op: str, alias: str = "") -> str:
     """The condition ``{alias}known_at {op} ?`` (a message learnt by, or after, a record time)
     written so that the index ``messages_known_at`` answers it (schema 20: it indexes the time's
-    second, ``unixepoch(known_at)``): a row of another second is decided by the index alone (its
-    row is not read: SQLite defers the seek), a row of the bound's own second is read for the
-    exact time. Its argument is given three times."""
+    second, ``unixepoch(known_at)``): one range of seconds on the index, in which a row of another
+    second than the bound's is decided by the index alone (its row is not read: SQLite defers the
+    seek) and a row of the bound's own second is read for the exact time. Its argument is given
+    three times. (A file of schema 19 opened read-only, not migrated, has its index on the text:
+    the answer is the same, found by a scan of that index.)"""
     if op not in ("<=", ">"):
         raise ValueError(op)
-    strict = op[0]
-    return (f"(unixepoch({alias}known_at) {strict} unixepoch(?) OR "
-            f"(unixepoch({alias}known_at) = unixepoch(?) AND {alias}known_at {op} ?))")
+    c, strict = f"{alias}known_at", op[0]
+    return f"(unixepoch({c}) {strict}= unixepoch(?) AND (unixepoch({c}) {strict} unixepoch(?) OR {c} {op} ?))"
+
 
 #: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)
 ID_HIGH = {"messages": "message_id_high", "core_facts": "fact_id_high"}
@@ -126,17 +128,21 @@ def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
 def malformed_times(con: Any) -> list[str]:
     """``memsif check``: messages whose time is not a stored time (reading them raises
     StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), and messages whose record time
-    (``known_at``; none yet while an import loads them) is not a time: the index of record times
-    holds none for them (a read by record time, :func:`learnt`, would not find them; nor has one
-    whose created_at is :data:`SAME_AS_KNOWN`)."""
-    bad = [mid for mid, at in con.execute("SELECT id, at FROM messages") if not is_stored(at)]
+    (``known_at``; none yet while an import loads them) is not one either: the reads by record time
+    (:func:`learnt`) compare it as a stored time (one ``unixepoch`` reads otherwise, e.g. a Julian
+    day, would be misplaced; one it cannot read, missed), and a created_at kept as
+    :data:`SAME_AS_KNOWN` is read from it."""
+    bad, unknown = [], []
+    for mid, at, known, created in con.execute("SELECT id, at, known_at, created_at FROM messages"):
+        if not is_stored(at):
+            bad.append(mid)
+        if not (is_stored(known) or (known is None and created != SAME_AS_KNOWN)):
+            unknown.append(mid)
     out = [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
         if bad else []
-    n, first = con.execute("SELECT count(*), min(id) FROM messages WHERE unixepoch(known_at) IS NULL "
-                           f"AND (known_at IS NOT NULL OR created_at = '{SAME_AS_KNOWN}')").fetchone()
-    if n:
-        out.append(f"{n} messages have no record time (known_at) that is a memsif timestamp "
-                   f"(first: message {first})")
+    if unknown:
+        out.append(f"{len(unknown)} messages have no record time (known_at) that is a memsif timestamp "
+                   f"(first: message {min(unknown)})")
     return out
 
 
