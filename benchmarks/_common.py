@@ -89,6 +89,37 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def speed_probe() -> dict[str, float]:
+    """How fast this machine is now, for comparing figures across days (a shared machine's speed
+    moves: the same tree's 1M `search` p50 read 21.6 ms one morning and 40–52 ms three hours later):
+    the best of three runs of a fixed pure-Python loop and of a fixed int8 → float32 conversion and
+    matrix-vector product (the vector cache's scan), in milliseconds. Record it beside timings."""
+    import time
+
+    import numpy as np
+
+    codes = np.random.default_rng(0).integers(-127, 128, size=(100_000, 384), dtype=np.int8)
+    q = np.ones(384, dtype=np.float32)
+
+    def loop() -> None:
+        s = 0
+        for i in range(3_000_000):
+            s += i
+
+    def scan() -> None:
+        _ = codes.astype(np.float32) @ q
+
+    out = {}
+    for name, f in (("python_loop_ms", loop), ("int8_scan_ms", scan)):
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            f()
+            best = min(best, time.perf_counter() - t)
+        out[name] = round(best * 1000, 1)
+    return out
+
+
 def timed_adds(mem, items: list[dict], pace: float = 0.0) -> list[float]:
     """``mem.add(**m)`` for each item, one after the other; the milliseconds each took (``pace``:
     seconds to wait after each, as an assistant would between messages)."""

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
+from _common import machine, speed_probe  # noqa: E402
 
 DIM = 384
 FILLER = ("really maybe today later weekend project morning evening friends family plans idea "
@@ -298,6 +298,7 @@ def main() -> None:
         print(json.dumps(measure(Path(args.file))), flush=True)
         return
     runs = []
+    speed = [speed_probe()]
     # one BLAS thread for the cache and the numpy reference alike: on a shared 2-core machine a
     # multithreaded BLAS swings the reference scan's timing by an order of magnitude
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}
@@ -321,7 +322,8 @@ def main() -> None:
             r |= json.loads(out.strip().splitlines()[-1])
             runs.append(r)
             print(json.dumps(r), flush=True)
-    Path(args.out).write_text(json.dumps({"runs": runs, "machine": machine(),
+    speed.append(speed_probe())
+    Path(args.out).write_text(json.dumps({"runs": runs, "machine": machine(), "speed_before_after": speed,
                                           "date": time.strftime("%Y-%m-%d")}, indent=2))
     print("| messages | text | ingest ms/msg | context ms p50/p95 | search ms p50/p95 | numpy scan ms p50 "
           "| context/scan | search/scan | file MB (B/msg) | cache MB | peak RSS MB |")
