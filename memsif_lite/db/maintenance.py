@@ -158,6 +158,9 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
     for mid, text in con.execute("SELECT id, text FROM messages WHERE tokens IS NULL").fetchall():
         con.execute("UPDATE messages SET tokens=? WHERE id=?", (count_tokens(text), mid))
     con.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='vector_epoch'")
+    # an export carries no record times: the caller's change log sets them (now) in this transaction;
+    # until then each message's created_at stands in, so the check reads a time there
+    con.execute("UPDATE messages SET known_at = created_at WHERE known_at IS NULL")
     problems = check_connection(con)
     if problems:
         raise InvalidInputError("the imported data is inconsistent: " + "; ".join(problems[:5]))

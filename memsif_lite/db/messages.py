@@ -128,15 +128,15 @@ def unindex_fulltext(con: Any, mid: int, speaker: str, text: str) -> None:
 def malformed_times(con: Any) -> list[str]:
     """``memsif check``: messages whose time is not a stored time (reading them raises
     StorageCorruptError, :func:`~memsif_lite.timeutil.from_stored`), and messages whose record time
-    (``known_at``; none yet while an import loads them) is not one either: the reads by record time
-    (:func:`learnt`) compare it as a stored time (one ``unixepoch`` reads otherwise, e.g. a Julian
-    day, would be misplaced; one it cannot read, missed), and a created_at kept as
-    :data:`SAME_AS_KNOWN` is read from it."""
+    (``known_at``: every message has one; an import sets them before it checks) is not one either:
+    the reads by record time (:func:`learnt`) compare it as a stored time (one that ``unixepoch``
+    reads otherwise, e.g. a Julian day, would be misplaced; NULL or one it cannot read, never
+    found), and a created_at kept as :data:`SAME_AS_KNOWN` is read from it."""
     bad, unknown = [], []
-    for mid, at, known, created in con.execute("SELECT id, at, known_at, created_at FROM messages"):
+    for mid, at, known in con.execute("SELECT id, at, known_at FROM messages"):
         if not is_stored(at):
             bad.append(mid)
-        if not (is_stored(known) or (known is None and created != SAME_AS_KNOWN)):
+        if not is_stored(known):
             unknown.append(mid)
     out = [f"{len(bad)} messages have a time that is not a memsif timestamp (first: message {min(bad)})"] \
         if bad else []
