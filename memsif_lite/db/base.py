@@ -9,7 +9,7 @@ import numpy as np
 
 from .rows import i8
 
-__all__ = ["Table", "VEC_TABLES"]
+__all__ = ["Table", "VEC_TABLES", "by_second"]
 
 #: vec0 tables and the plain table whose ids they mirror
 VEC_TABLES = {"message_vec": "messages", "segment_vec": "segments", "trajectory_vec": "trajectories",
@@ -19,6 +19,19 @@ VEC_TABLES = {"message_vec": "messages", "segment_vec": "segments", "trajectory_
 def highest_message_id(con: Any) -> int:
     """The largest message id stored (0: none)."""
     return int(con.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+
+
+def by_second(column: str, op: str) -> str:
+    """The condition ``{column} {op} ?`` on a stored time (text order is time order), written so
+    that an index of its second, ``unixepoch({column})``, answers it (``change_log_at`` since schema
+    19, ``messages_known_at`` since 20): one range of seconds on the index, in which a row of another
+    second than the bound's is decided by the index alone (SQLite defers reading the row) and a row
+    of the bound's own second is read for the exact time. Its argument is given three times. (A file
+    of an older schema read as it is has its index on the text: the same rows, found by a scan.)"""
+    if op not in (">", ">=", "<", "<="):
+        raise ValueError(op)
+    s = op[0]
+    return f"(unixepoch({column}) {s}= unixepoch(?) AND (unixepoch({column}) {s} unixepoch(?) OR {column} {op} ?))"
 
 
 def bump_counter(con: Any, key: str) -> None:

@@ -238,10 +238,10 @@ class ChangeLog(Table):
         where, args = ["1"], []  # type: tuple[list[str], list[Any]]
         if since is not None:
             where.append(record_time(">=", "c."))
-            args += [since, since]
+            args += [since] * 3
         if until is not None:
             where.append(record_time("<=", "c."))
-            args += [until, until]
+            args += [until] * 3
         if actor is not None:
             where.append("(c.actor = ? OR c.actor LIKE ? ESCAPE '\\')")
             args += [actor, actor.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"]

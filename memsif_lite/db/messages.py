@@ -18,7 +18,7 @@ from ..timeutil import from_stored, is_stored
 from ..tokens import count_tokens
 from ..types import Message
 from . import bm25
-from .base import Table, bump_counter
+from .base import Table, bump_counter, by_second
 from .rows import MessageRow, from_i8
 from .vector_cache import Allowed, VectorCache
 
@@ -52,17 +52,12 @@ CREATED_AT = created_at_of()
 
 
 def learnt(op: str, alias: str = "") -> str:
-    """The condition ``{alias}known_at {op} ?`` (a message learnt by, or after, a record time)
-    written so that the index ``messages_known_at`` answers it (schema 20: it indexes the time's
-    second, ``unixepoch(known_at)``): one range of seconds on the index, in which a row of another
-    second than the bound's is decided by the index alone (its row is not read: SQLite defers the
-    seek) and a row of the bound's own second is read for the exact time. Its argument is given
-    three times. (A file of schema 19 opened read-only, not migrated, has its index on the text:
-    the answer is the same, found by a scan of that index.)"""
+    """The condition ``{alias}known_at {op} ?`` (a message learnt by, or after, a record time) on the
+    index ``messages_known_at`` (schema 20: of ``unixepoch(known_at)``), :func:`~.base.by_second`:
+    its argument is given three times."""
     if op not in ("<=", ">"):
         raise ValueError(op)
-    c, strict = f"{alias}known_at", op[0]
-    return f"(unixepoch({c}) {strict}= unixepoch(?) AND (unixepoch({c}) {strict} unixepoch(?) OR {c} {op} ?))"
+    return by_second(f"{alias}known_at", op)
 
 
 #: the id spaces users see, and the meta key of each one's high-water mark (sql/0010)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 import apsw
 
 from ..errors import StorageCorruptError
-from .base import Table
+from .base import Table, by_second
 from .messages import learnt
 
 __all__ = ["IMAGE_TABLES", "DERIVED", "ERASE_CHUNK", "watch", "images", "touched", "renumber", "Rewind", "Rows",
@@ -62,12 +62,9 @@ _MAX_IMAGE = 64 << 20
 
 
 def record_time(op: str, alias: str = "") -> str:
-    """The condition ``{alias}at {op} ?`` on a change's record time, written so that the index
-    ``change_log_at`` answers it (schema 19: it indexes the time's second, ``unixepoch(at)``): the
-    seconds first, then the exact time of the rows found. Its argument is given twice."""
-    if op not in (">", ">=", "<", "<="):
-        raise ValueError(op)
-    return f"unixepoch({alias}at) {op[0]}= unixepoch(?) AND {alias}at {op} ?"
+    """The condition ``{alias}at {op} ?`` on a change's record time, on the index ``change_log_at``
+    (schema 19: of ``unixepoch(at)``), :func:`~.base.by_second`: its argument is given three times."""
+    return by_second(f"{alias}at", op)
 
 
 def malformed_record_times(con: Any) -> list[str]:
@@ -385,7 +382,7 @@ class Rewind(Table):
         types = {t: _types(self.con, t) for t in tables}
         col = image_column(self.con)
         later = self.con.execute(f"SELECT id, {col} FROM change_log WHERE {record_time('>')} AND origin IS NULL "
-                                 f"AND {col} IS NOT NULL ORDER BY id DESC", (known_at, known_at))
+                                 f"AND {col} IS NOT NULL ORDER BY id DESC", (known_at,) * 3)
         for cid, raw in later:
             d = unpack(raw)
             if not isinstance(d, dict):  # not images memsif wrote: none kept

@@ -448,15 +448,15 @@ class VectorCache:
         n = self._n if rows is None else len(rows)
         if k <= 0 or n == 0:
             return []
+        if rows is None:  # every row: one run
+            return self._ranked(self._run_dots([(0, n)], qf), self._inv[:n], lambda i: i, qf, k)
+        picked = rows
         dots = np.empty(n, dtype=np.float32)
-        for s in range(0, n, BLOCK):
+        for s in range(0, n, BLOCK):  # gathered a block at a time: no transient copy of every picked row
             e = min(s + BLOCK, n)
             m = self._scratch[:e - s]
-            np.copyto(m, self._codes[s:e] if rows is None else self._codes[rows[s:e]], casting="unsafe")
+            np.copyto(m, self._codes[picked[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
-        if rows is None:
-            return self._ranked(dots, self._inv[:n], lambda i: i, qf, k)
-        picked = rows
         return self._ranked(dots, self._inv[picked], lambda i: picked[i], qf, k)
 
     def _run_dots(self, runs: list[tuple[int, int]], qf: np.ndarray) -> np.ndarray:
