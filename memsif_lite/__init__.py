@@ -37,6 +37,7 @@ from .query import Answer, Context, EvidenceItem, FactItem  # noqa: E402
 from .types import (  # noqa: E402
     ActiveFact,
     CandidateCluster,
+    CompactReport,
     CoreFact,
     FactEvent,
     Message,
@@ -53,6 +54,7 @@ __all__ = [
     "decrypt",
     "rekey",
     "MergeReport",
+    "CompactReport",
     "ViewPage",
     "memory_path",
     "Config",

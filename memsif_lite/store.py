@@ -708,6 +708,25 @@ def write(con: apsw.Connection, *, retries: int = 5) -> Iterator[apsw.Connection
                 raise
 
 
+def cut_wal(con: apsw.Connection) -> None:
+    """Cut the ``-wal`` back after a write that grew it (SQLite keeps the file at its largest): a
+    PASSIVE checkpoint (it copies back what no reader still needs and never waits: the automatic
+    ones only run past 1,000 pages), then a write of the header alone (the ``user_version`` it
+    holds) with ``journal_size_limit`` 0 for it, which starts the ``-wal`` over cut to that write's
+    frame — when every frame was copied back; while another connection reads an older snapshot
+    (Litestream's permanent one, a background worker's) the ``-wal`` stays until SQLite starts it
+    over or the last connection closes. Raises StorageBusyError when a writer holds the lock."""
+    _sql(con, "PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    limit = _sql(con, "PRAGMA journal_size_limit").fetchone()[0]
+    _sql(con, "PRAGMA journal_size_limit=0")
+    try:
+        with write(con):
+            version = _sql(con, "PRAGMA user_version").fetchone()[0]
+            _sql(con, f"PRAGMA user_version={int(version)}")  # the same value
+    finally:
+        _sql(con, f"PRAGMA journal_size_limit={int(limit)}")
+
+
 def read_meta(con: apsw.Connection) -> dict[str, str]:
     return dict(_sql(con, "SELECT key, value FROM meta").fetchall())
 

@@ -258,3 +258,15 @@ class UndoReport:
     undone: tuple[Change, ...]
     fact_ids: tuple[int, ...]
     dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    """What :meth:`Memory.compact` did: the file's bytes before and after (its pages, as the main file
+    holds them once SQLite has copied its ``-wal`` back), the bytes of the ``-wal`` left beside it
+    (cut back to a frame or two unless another connection reads an older snapshot), seconds."""
+
+    bytes_before: int
+    bytes_after: int
+    wal_bytes: int
+    seconds: float

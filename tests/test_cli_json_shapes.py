@@ -11,7 +11,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from memsif_lite import Memory
+from memsif_lite import CompactReport, Memory
 from memsif_lite.cli import main
 from memsif_lite.merging import MergeReport
 from memsif_lite.query import Answer, Context
@@ -66,6 +66,7 @@ CASES: list[tuple[str, list[str], set[str]]] = [
      {"file", "memories", "new", "already_present", "files"}),
     ("backup", ["backup", "{tmp}/copy.db", "--db", "{db}"], {"db", "dest", "bytes"}),
     ("check", ["check", "--db", "{db}"], {"ok", "problems", "stats"}),
+    ("compact", ["compact", "--db", "{db}"], _fields(CompactReport) | {"db"}),
     # {key}, {new_key}: key files; {enc}: a copy of the small memory encrypted with {key}
     ("encrypt", ["encrypt", "--key-file", "{key}", "--db", "{db}"], {"db", "encrypted"}),
     ("decrypt", ["decrypt", "--key-file", "{key}", "--db", "{enc}"], {"db", "encrypted"}),

@@ -51,7 +51,7 @@ from memsif_lite.jsonable import to_jsonable
 from .boundary import main
 from .demo import demo
 from .fleet import fleet
-from .files import backup, check, decrypt, encrypt, export, import_, import_mem0, merge, rekey
+from .files import backup, check, compact, decrypt, encrypt, export, import_, import_mem0, merge, rekey
 from .history import log, undo
 from .reading import ask, context, facts, messages, search, show, stats
 from .serve import mcp
@@ -61,5 +61,6 @@ from .writing import add, forget, ingest, process
 __all__ = ["main", "to_jsonable"]
 
 for _command in (ingest, add, messages, search, process, stats, show, ask, context, facts, forget, merge, export,
-                 import_, import_mem0, backup, check, encrypt, decrypt, rekey, log, undo, mcp, demo, view, fleet):
+                 import_, import_mem0, backup, check, compact, encrypt, decrypt, rekey, log, undo, mcp, demo, view,
+                 fleet):
     main.add_command(_command)

@@ -1,5 +1,5 @@
-"""The commands about whole files: merge another copy in, export, import, backup, check, and
-encrypt, decrypt or re-key one in place."""
+"""The commands about whole files: merge another copy in, export, import, backup, check, compact,
+and encrypt, decrypt or re-key one in place."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from memsif_lite.keys import Key
 from .boundary import command
 from .keys import KEY, NEW_KEY, OTHER_KEY, KeySource, asked_key, given_key, key_options
 from .options import config_option, file_options, key_file_options, open_memory, writable_parent
-from .output import output, plural, stats_line
+from .output import fields_of, output, plural, stats_line
 
-__all__ = ["backup", "check", "decrypt", "encrypt", "export", "import_", "import_mem0", "merge", "rekey"]
+__all__ = ["backup", "check", "compact", "decrypt", "encrypt", "export", "import_", "import_mem0", "merge", "rekey"]
 
 
 def _merge_lines(doc: Mapping[str, Any], *, other: str, dry_run: bool, **_: Any) -> Iterator[str]:
@@ -154,6 +154,34 @@ def backup(dest: str, db: str, config: str | None) -> dict[str, Any]:
     with open_memory(db, config, read_only=True) as mem:
         mem.backup(dest)
     return {"db": db, "dest": dest, "bytes": Path(dest).stat().st_size}
+
+
+def _compact_lines(doc: Mapping[str, Any], **_: Any) -> Iterator[str]:
+    yield (f"compacted {doc['db']}: {doc['bytes_before'] / 1e6:,.1f} MB -> {doc['bytes_after'] / 1e6:,.1f} MB "
+           f"in {doc['seconds']:.1f} s")
+    if doc["wal_bytes"] > COMPACT_WAL_NOTE:
+        yield (f"its -wal still holds {doc['wal_bytes'] / 1e6:,.0f} MB (another connection was reading or writing); "
+               "SQLite removes it when the last one closes the file")
+
+
+#: a -wal larger than this after a compaction is named (it is cut back to a frame or two when it can be)
+COMPACT_WAL_NOTE = 1 << 20
+
+
+@command()
+@file_options
+@output(_compact_lines)
+def compact(db: str, config: str | None) -> dict[str, Any]:
+    """Rewrite the memory file so that each table's pages lie together (SQLite's VACUUM), and give
+    free pages back to the disk: on a large file the first search after a reboot reads far less
+    (at a million messages 465 MB of the disk instead of 1,245). Nothing in the memory changes; a
+    crash or an error leaves the file as it was. Needs free disk about twice the file; a few
+    seconds a GB, while other programs may read (writers wait)."""
+    _exists(db)
+    click.echo(f"compacting {db} ({Path(db).stat().st_size / 1e6:,.1f} MB)...", err=True)
+    with open_memory(db, config, later=True) as mem:  # queued steps wait for `memsif process`
+        report = mem.compact()
+    return {"db": db, **fields_of(report)}
 
 
 def _check_lines(doc: Mapping[str, Any], **_: Any) -> Iterator[str]:

@@ -1,8 +1,9 @@
-"""meta, llm_calls and whole-file operations (counts, export/import, check, backup).
+"""meta, llm_calls and whole-file operations (counts, export/import, check, backup, compact).
 
-memsif never checkpoints the WAL itself: SQLite's automatic checkpoints are PASSIVE (they never wait
-for a reader nor block a writer), and a TRUNCATE or RESTART checkpoint would wait, holding the
-write lock, for Litestream's permanent read transaction (docs/beyond-one-machine.md "Checkpoints")."""
+memsif never checkpoints the WAL itself but once at the end of ``compact``, PASSIVE, as SQLite's
+automatic checkpoints are (they never wait for a reader nor block a writer); a TRUNCATE or RESTART
+checkpoint would wait, holding the write lock, for Litestream's permanent read transaction
+(docs/beyond-one-machine.md "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -20,10 +22,11 @@ from .. import store
 from ..checks import INT64_MAX
 from ..errors import InvalidInputError
 from ..timeutil import is_stored
+from ..types import CompactReport
 from .base import Table
 from .changes import ChangeLog
 from .items import stored_item_problem
-from .maintenance import backup, check_connection, export_rows, import_rows, read_export
+from .maintenance import backup, check_connection, compact, export_rows, import_rows, read_export
 from .messages import CONTENT_KEY, ID_HIGH, ID_LIMIT, retire_id
 from .queue import step_problem
 from .vector_cache import VectorCache
@@ -128,6 +131,12 @@ class Admin(Table):
 
     def check(self) -> list[str]:
         return check_connection(self.con)
+
+    def compact(self, path: Path) -> CompactReport:
+        """:func:`~.maintenance.compact` the file at ``path`` (this connection's), timed."""
+        t = time.perf_counter()
+        before, after, wal = compact(self.con, path)
+        return CompactReport(before, after, wal, round(time.perf_counter() - t, 3))
 
     def backup(self, dest: str | Path) -> None:
         """``VACUUM INTO`` a file this call creates, empty and 0600 (SQLite accepts an empty

@@ -5,13 +5,17 @@ vectors included, so an import needs no re-embedding and reproduces the structur
 Import only fills a *fresh* file, validates every vector (int8 codes, or float32 from exports
 of files before schema 6, then finite and quantised; running sums float32 or float64) and inserts
 in one transaction; the full-text index is rebuilt and token counts recounted. Backup uses ``VACUUM INTO``,
-which copies one consistent snapshot even while another process is writing.
+which copies one consistent snapshot even while another process is writing; :func:`compact` runs
+``VACUUM`` in place.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -19,7 +23,7 @@ import apsw
 import numpy as np
 
 from .. import store
-from ..errors import InvalidInputError, MemoryFileError
+from ..errors import InvalidInputError, MemoryFileError, StorageBusyError, StorageFullError
 from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
@@ -30,7 +34,9 @@ from .queue import malformed_steps
 from .rewind import malformed_record_times
 from .structure import DROP_COUNTS, NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units
 
-__all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "FORMAT"]
+__all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "compact", "FORMAT"]
+
+log = logging.getLogger("memsif_lite")
 
 FORMAT = "memsif-export"
 #: plain tables in dependency order, with their columns
@@ -258,3 +264,76 @@ def backup(con: Any, dest: str | Path) -> None:
         raise MemoryFileError(f"backup to {d} failed: {e}") from e
     finally:
         con.limit(apsw.SQLITE_LIMIT_ATTACHED, previous)
+
+
+def compact(con: Any, path: Path) -> tuple[int, int, int]:
+    """Rewrite the file in place, table by table (SQLite's ``VACUUM``): each table's pages, the
+    message vectors' among them, then lie together (a file grown message by message has them in
+    thousands of pieces between everything else, and a first search after a reboot reads the disk
+    between them too), and free pages go back to the disk. One transaction: an error or a crash
+    leaves the file as it was. SQLite keeps the rowids of a table with an ``INTEGER PRIMARY KEY``
+    or an index and may renumber the others; every rowid table of the schema has one
+    (tests/test_compact.py checks the schema and every rowid). SQLite builds the new file in a
+    temporary one (``temp_store=FILE`` for the VACUUM alone, not memory: as large as the file;
+    encrypted like it under SQLite3 Multiple Ciphers), then writes every page through the ``-wal``;
+    both need room, checked first (:func:`_room`). Must run outside a transaction. Returns the
+    file's bytes before and after (its pages: what the main file holds once the ``-wal`` is copied
+    back) and the bytes of the ``-wal`` left (:func:`~memsif_lite.store.cut_wal`)."""
+    size = _pages_bytes(con)
+    _room(path, size - _free_bytes(con))
+    temp = int(con.execute("PRAGMA temp_store").fetchone()[0])
+    attached = con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM attaches the new copy
+    try:
+        con.execute("PRAGMA temp_store=FILE")
+        con.execute("VACUUM")
+    finally:
+        try:
+            con.execute(f"PRAGMA temp_store={temp}")  # never left: other temporary files stay in memory
+        finally:
+            con.limit(apsw.SQLITE_LIMIT_ATTACHED, attached)
+    try:
+        store.cut_wal(con)
+    except StorageBusyError:  # a writer came first: the compaction holds; the -wal is cut another time
+        log.info("compact: the -wal was not cut back (another connection was writing)")
+    wal = Path(f"{path}-wal")
+    return size, _pages_bytes(con), wal.stat().st_size if wal.exists() else 0
+
+
+def _pages_bytes(con: Any) -> int:
+    return int(con.execute("PRAGMA page_size").fetchone()[0]) * int(con.execute("PRAGMA page_count").fetchone()[0])
+
+
+def _free_bytes(con: Any) -> int:
+    return int(con.execute("PRAGMA page_size").fetchone()[0]) * int(con.execute("PRAGMA freelist_count").fetchone()[0])
+
+
+def sqlite_temp_dir() -> Path | None:
+    """Where SQLite's unix VFS puts temporary files (os_unix.c: the first of ``SQLITE_TMPDIR``,
+    ``TMPDIR``, /var/tmp, /usr/tmp, /tmp and the working directory that is a writable folder; SQLite
+    reads the two variables once, when it starts: a change after that is not followed by SQLite);
+    None elsewhere (Windows: its own temporary folder, not checked here)."""
+    if os.name != "posix":
+        return None
+    for d in (os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp", "."):
+        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return Path(d)
+    return None
+
+
+def _room(path: Path, size: int) -> None:
+    """StorageFullError, before anything is written, unless the disks have room for a compaction
+    that keeps ``size`` bytes (the file's pages in use): that again beside the file (the ``-wal``)
+    and in SQLite's temporary folder (the new copy), both on one disk when they are, with a margin
+    of a tenth."""
+    need: dict[int, tuple[Path, int]] = {}
+    for d in (path.resolve().parent, sqlite_temp_dir()):
+        if d is None:
+            continue
+        dev = d.stat().st_dev
+        where, n = need.get(dev, (d, 0))
+        need[dev] = (where, n + size + size // 10)
+    for where, n in need.values():
+        free = shutil.disk_usage(where).free
+        if free < n:
+            raise StorageFullError(f"compacting {path} needs about {n / 1e6:,.0f} MB free in {where} (a copy of the "
+                                   f"file and its -wal), and it has {free / 1e6:,.0f} MB; nothing was changed")
