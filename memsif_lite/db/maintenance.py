@@ -293,7 +293,7 @@ def compact(con: Any, path: Path) -> tuple[int, int, int]:
             con.limit(apsw.SQLITE_LIMIT_ATTACHED, attached)
     try:
         store.cut_wal(con)
-    except StorageBusyError:  # a writer came first: the compaction holds; the -wal is cut another time
+    except StorageBusyError:  # a writer came first: the compaction holds; the -wal stays until the last close
         log.info("compact: the -wal was not cut back (another connection was writing)")
     wal = Path(f"{path}-wal")
     return size, _pages_bytes(con), wal.stat().st_size if wal.exists() else 0
