@@ -178,8 +178,8 @@ def compact(db: str, config: str | None) -> dict[str, Any]:
     crash or an error leaves the file as it was. Needs free disk about twice the file; about ten
     seconds a GB, while other programs may read (writers wait)."""
     _exists(db)
-    click.echo(f"compacting {db} ({Path(db).stat().st_size / 1e6:,.1f} MB)...", err=True)
     with open_memory(db, config, later=True) as mem:  # queued steps wait for `memsif process`
+        click.echo(f"compacting {db} ({Path(db).stat().st_size / 1e6:,.1f} MB)...", err=True)
         report = mem.compact()
     return {"db": db, **fields_of(report)}
 
