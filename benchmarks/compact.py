@@ -21,6 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _common import machine, speed_probe  # noqa: E402
 
 
 def vector_runs(path: str) -> dict[str, int]:
@@ -94,7 +95,8 @@ def main() -> None:
     if args.once:
         compact_once(args.file)
         return
-    res: dict = {"file": args.file, "before": vector_runs(args.file)}
+    res: dict = {"file": args.file, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+                 "speed_before": speed_probe(), "before": vector_runs(args.file)}
     cold = not args.no_cold
     if cold:
         res["before"]["cold"] = first_searches(args.file, args.runs, True)
@@ -106,6 +108,7 @@ def main() -> None:
     if cold:
         res["after"]["cold"] = first_searches(args.file, args.runs, True)
     res["after"]["warm"] = first_searches(args.file, args.runs, False)
+    res["speed_after"] = speed_probe()
     text = json.dumps(res, indent=1)
     print(text)
     if args.out:

@@ -715,12 +715,13 @@ def cut_wal(con: apsw.Connection) -> None:
     holds) with ``journal_size_limit`` 0 for it, which starts the ``-wal`` over cut to that write's
     frame — when every frame was copied back; while another connection reads an older snapshot
     (Litestream's permanent one, a background worker's) the ``-wal`` stays until SQLite starts it
-    over or the last connection closes. Raises StorageBusyError when a writer holds the lock."""
+    over or the last connection closes. Raises StorageBusyError when a writer holds the lock past
+    the busy timeout (tried once: nothing waits on this for long)."""
     _sql(con, "PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     limit = _sql(con, "PRAGMA journal_size_limit").fetchone()[0]
     _sql(con, "PRAGMA journal_size_limit=0")
     try:
-        with write(con):
+        with write(con, retries=0):
             version = _sql(con, "PRAGMA user_version").fetchone()[0]
             _sql(con, f"PRAGMA user_version={int(version)}")  # the same value
     finally:

@@ -19,7 +19,7 @@ import sqlite_vec
 from click.testing import CliRunner
 
 from fakes import FakeEmbedder, keyed, raw
-from memsif_lite import CompactReport, Memory, ReadOnlyError, StorageFullError
+from memsif_lite import CompactReport, InvalidInputError, Memory, ReadOnlyError, StorageFullError
 from memsif_lite.cli import main
 from memsif_lite.db import maintenance
 from test_reliability import DiskFullVFS
@@ -205,6 +205,11 @@ def test_the_connection_settings_are_put_back_whatever_happens(db, monkeypatch):
             maintenance.compact(con, db)
         assert _settings(con) == held
         monkeypatch.undo()
+        con.execute("BEGIN")
+        with pytest.raises(InvalidInputError, match="outside a transaction"):
+            maintenance.compact(con, db)
+        con.execute("ROLLBACK")
+        assert _settings(con) == held
     finally:
         con.close()
     vfs = DiskFullVFS()

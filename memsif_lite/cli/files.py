@@ -175,8 +175,8 @@ def compact(db: str, config: str | None) -> dict[str, Any]:
     """Rewrite the memory file so that each table's pages lie together (SQLite's VACUUM), and give
     free pages back to the disk: on a large file the first search after a reboot reads far less
     (at a million messages 465 MB of the disk instead of 1,245). Nothing in the memory changes; a
-    crash or an error leaves the file as it was. Needs free disk about twice the file; about ten
-    seconds a GB, while other programs may read (writers wait)."""
+    crash or an error leaves the file as it was. Needs free disk about twice the file; 6-13 s a GB
+    on a 2-core machine, while other programs may read (writers wait)."""
     _exists(db)
     with open_memory(db, config, later=True) as mem:  # queued steps wait for `memsif process`
         click.echo(f"compacting {db} ({Path(db).stat().st_size / 1e6:,.1f} MB)...", err=True)

@@ -23,7 +23,7 @@ import apsw
 import numpy as np
 
 from .. import store
-from ..errors import InvalidInputError, MemoryFileError, StorageBusyError, StorageFullError
+from ..errors import InvalidInputError, MemoryFileError, StorageError, StorageFullError
 from ..fulltext import index_text
 from ..int8 import quantize
 from ..tokens import count_tokens
@@ -279,11 +279,15 @@ def compact(con: Any, path: Path) -> tuple[int, int, int]:
     both need room, checked first (:func:`_room`). Must run outside a transaction. Returns the
     file's bytes before and after (its pages: what the main file holds once the ``-wal`` is copied
     back) and the bytes of the ``-wal`` left (:func:`~memsif_lite.store.cut_wal`)."""
+    if not con.get_autocommit():
+        raise InvalidInputError("compact runs outside a transaction (SQLite's VACUUM cannot run inside one)")
     size = _pages_bytes(con)
     _room(path, size - _free_bytes(con))
     temp = int(con.execute("PRAGMA temp_store").fetchone()[0])
     attached = con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM attaches the new copy
     try:
+        # (changing temp_store drops this connection's TEMP tables: none holds anything between
+        # transactions — rewind.py's temp.renumbered is emptied by the transaction that fills it)
         con.execute("PRAGMA temp_store=FILE")
         con.execute("VACUUM")
     finally:
@@ -291,10 +295,10 @@ def compact(con: Any, path: Path) -> tuple[int, int, int]:
             con.execute(f"PRAGMA temp_store={temp}")  # never left: other temporary files stay in memory
         finally:
             con.limit(apsw.SQLITE_LIMIT_ATTACHED, attached)
-    try:
+    try:  # the compaction is committed: cutting the -wal back is a nicety, never a failure
         store.cut_wal(con)
-    except StorageBusyError:  # a writer came first: the compaction holds; the -wal stays until the last close
-        log.info("compact: the -wal was not cut back (another connection was writing)")
+    except (StorageError, apsw.Error) as e:  # a writer came first, a full disk...: the -wal stays
+        log.info("compact: the -wal was not cut back (%s); it goes when the last connection closes", e)
     wal = Path(f"{path}-wal")
     return size, _pages_bytes(con), wal.stat().st_size if wal.exists() else 0
 
