@@ -156,16 +156,16 @@ def backup(dest: str, db: str, config: str | None) -> dict[str, Any]:
     return {"db": db, "dest": dest, "bytes": Path(dest).stat().st_size}
 
 
+#: a -wal larger than this after a compaction is named (it is cut back to a frame or two when it can be)
+COMPACT_WAL_NOTE = 1 << 20
+
+
 def _compact_lines(doc: Mapping[str, Any], **_: Any) -> Iterator[str]:
     yield (f"compacted {doc['db']}: {doc['bytes_before'] / 1e6:,.1f} MB -> {doc['bytes_after'] / 1e6:,.1f} MB "
            f"in {doc['seconds']:.1f} s")
     if doc["wal_bytes"] > COMPACT_WAL_NOTE:
         yield (f"its -wal still holds {doc['wal_bytes'] / 1e6:,.0f} MB (another connection was reading or writing); "
                "SQLite removes it when the last one closes the file")
-
-
-#: a -wal larger than this after a compaction is named (it is cut back to a frame or two when it can be)
-COMPACT_WAL_NOTE = 1 << 20
 
 
 @command()

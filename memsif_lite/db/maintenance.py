@@ -281,8 +281,8 @@ def compact(con: Any, path: Path) -> tuple[int, int, int]:
     back) and the bytes of the ``-wal`` left (:func:`~memsif_lite.store.cut_wal`)."""
     if not con.get_autocommit():
         raise InvalidInputError("compact runs outside a transaction (SQLite's VACUUM cannot run inside one)")
-    size = _pages_bytes(con)
-    _room(path, size - _free_bytes(con))
+    size = _bytes(con)
+    _room(path, size - _bytes(con, "freelist_count"))
     temp = int(con.execute("PRAGMA temp_store").fetchone()[0])
     attached = con.limit(apsw.SQLITE_LIMIT_ATTACHED, 1)  # VACUUM attaches the new copy
     try:
@@ -300,15 +300,12 @@ def compact(con: Any, path: Path) -> tuple[int, int, int]:
     except (StorageError, apsw.Error) as e:  # a writer came first, a full disk...: the -wal stays
         log.info("compact: the -wal was not cut back (%s); it goes when the last connection closes", e)
     wal = Path(f"{path}-wal")
-    return size, _pages_bytes(con), wal.stat().st_size if wal.exists() else 0
+    return size, _bytes(con), wal.stat().st_size if wal.exists() else 0
 
 
-def _pages_bytes(con: Any) -> int:
-    return int(con.execute("PRAGMA page_size").fetchone()[0]) * int(con.execute("PRAGMA page_count").fetchone()[0])
-
-
-def _free_bytes(con: Any) -> int:
-    return int(con.execute("PRAGMA page_size").fetchone()[0]) * int(con.execute("PRAGMA freelist_count").fetchone()[0])
+def _bytes(con: Any, pages: str = "page_count") -> int:
+    """The bytes of the file's pages (``page_count``) or of its free ones (``freelist_count``)."""
+    return int(con.execute("PRAGMA page_size").fetchone()[0]) * int(con.execute(f"PRAGMA {pages}").fetchone()[0])
 
 
 def sqlite_temp_dir() -> Path | None:
