@@ -8,11 +8,13 @@ offline rules (and are still wrapped by the LLM rule when an LLM is configured).
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import apsw
+import numpy as np
 import sqlite_vec
 
 from . import store
@@ -38,7 +40,7 @@ from .modes import Mode
 from .worker import Worker
 
 __all__ = ["Pipelines", "Setup", "build", "make_llm", "choose_mode", "check_meta", "embedder_for", "initial_meta",
-           "open_database", "reopen", "wire"]
+           "open_database", "reopen", "wire", "loading_beside"]
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,43 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
     ingest = IngestPipeline(db, embeddings=embeddings, worker=worker, max_chars=cfg.max_message_chars)
     active = ActiveFactStore(db, levels=levels, query_levels=query_levels(emb, levels), theta_s=cfg.theta_s,
                              theta_q=cfg.theta_q, embed_passages=embeddings.passages_reused)
-    retriever = Retriever(db, embeddings.query, segment_weight=cfg.segment_weight,
+    embed_query = loading_beside(embeddings.query, db)
+    retriever = Retriever(db, embed_query, segment_weight=cfg.segment_weight,
                           trajectory_weight=cfg.trajectory_weight)
-    query = QueryPipeline(db, retriever=retriever, embed_query=embeddings.query,
+    query = QueryPipeline(db, retriever=retriever, embed_query=embed_query,
                           embed_passages=embeddings.passages_reused, llm=llm, active_facts=active)
     return Pipelines(embeddings, ingest, worker, retriever, active, query)
+
+
+def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Callable[[str], np.ndarray]:
+    """``embed_query``, except at the first query after opening, while the message vectors are not
+    loaded yet (at a million messages that load takes ~0.5 s, and the bundled model's own first
+    load ~0.7 s): the question is then embedded by a helper thread while this one loads them, so
+    the first query waits for the slower of the two rather than their sum (both spend most of
+    their time outside the GIL: in SQLite, numpy, onnxruntime). The vector and the cache are the
+    same as one after the other; an error in either is raised here once both have ended. The
+    embedder is never called by two threads at once (the facade runs one call at a time)."""
+    def embed(question: str) -> np.ndarray:
+        if db.messages.cache_loaded:
+            return embed_query(question)
+        done: dict[str, Any] = {}
+
+        def helper() -> None:
+            try:
+                done["vector"] = embed_query(question)
+            except BaseException as e:  # raised in the caller's thread, below
+                done["error"] = e
+
+        thread = threading.Thread(target=helper, name="memsif-embed", daemon=True)
+        thread.start()
+        try:
+            db.messages.load_cache()
+        finally:
+            thread.join()
+        if "error" in done:
+            raise done["error"]
+        return done["vector"]
+    return embed
 
 
 def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:

@@ -295,6 +295,45 @@ def test_the_cache_loads_vec0_chunks_as_vec0_reads_its_rows(filled, monkeypatch)
         assert cache.search(query(i), 10) == exact(filled, query(i), 10)
 
 
+@pytest.mark.parametrize("damage", [
+    "UPDATE message_vec_vector_chunks00 SET vectors = substr(vectors, 1, 100) WHERE rowid = 2",  # too short
+    "DELETE FROM message_vec_vector_chunks00 WHERE rowid = 3",  # a chunk's codes missing
+])
+def test_a_chunk_whose_codes_do_not_fit_is_not_loaded_from_the_chunks(filled, damage):
+    """The codes are read by blob I/O into a buffer: a blob of another length, or none, makes the
+    chunk loader give up (nothing half loaded); the caller then reads vec0's rows."""
+    path = filled.path
+    filled.close()
+    tamper(path, damage)
+    with Memory(path, embedder=FakeEmbedder()) as mem:
+        con = mem._db.con
+        cache = VectorCache(con, mem._db.vectors.dim)
+        with con:
+            assert not cache._load_chunks()
+        assert cache.size == 0 and not cache.loaded
+
+
+def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, monkeypatch):
+    """Groups of chunks (here 3 at a time: a last group shorter) read into one buffer land where
+    a row-by-row read puts them, laid out list by list."""
+    from memsif_lite.db import vector_cache
+
+    monkeypatch.setattr(vector_cache, "_GROUP", 3)
+    for m in [1, 64, 65, 1000]:
+        filled.forget(message_id=m)
+    con = filled._db.con
+    cache = VectorCache(con, filled._db.vectors.dim)
+    with con:
+        cache._read_partition(cache._part.stamp())
+        assert cache._centroids is not None and cache._load_chunks()
+    rows = {r: bytes(e) for r, e in con.execute("SELECT rowid, embedding FROM message_vec")}
+    got = {int(i): cache._codes[p].tobytes() for p, i in enumerate(cache._ids[:cache.size])}
+    assert got == rows
+    lists = cache._lists[:cache.size]
+    assert np.array_equal(lists, np.sort(lists))  # list by list, the unlisted last
+    assert np.array_equal(lists, cache._list_map.lookup(cache._ids[:cache.size]))
+
+
 def test_the_second_thread_is_kept_between_queries(filled):
     """The BM25 side of ``nearest_beside`` runs on a thread kept between queries (not one started
     per query, which costs the caller the wait until it is scheduled); an error on it is raised in

@@ -356,6 +356,16 @@ class Messages(Table):
         have = {r for (r,) in self.rows_in("SELECT id FROM messages WHERE id IN ({marks})", list(dict.fromkeys(ids)))}
         return [m for m in ids if m not in have]
 
+    @property
+    def cache_loaded(self) -> bool:
+        """The vector cache has been loaded (a dense search would not load it first)."""
+        return self.cache.loaded
+
+    def load_cache(self) -> None:
+        """Bring the vector cache up to the caller's read snapshot (one is begun here when none is
+        open), loading it when it is not: what the first dense search after opening does first."""
+        cache_ready(self.con, self.cache)
+
     def nearest(self, qvec: np.ndarray, depth: int) -> list[tuple[int, float]]:
         """(id, cosine distance) of the ``depth`` nearest messages: from the in-process cache
         (checked against the file first, in one read snapshot), else from vec0 — same ranking."""

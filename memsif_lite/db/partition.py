@@ -30,9 +30,13 @@ class ListMap:
         self.data = np.concatenate([usable[b] for b in sorted(usable)]) if usable else np.empty(0, np.uint16)
         for i, b in enumerate(sorted(usable)):
             self.slot[b] = i * BLOCK_IDS
+        #: blocks 0 .. top all held (the usual file): block b's offset in data is b * BLOCK_IDS
+        self.dense = len(usable) == top + 1
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """The lists of ``ids`` (``NONE`` where the file gives none)."""
+        if self.dense and len(ids) and 0 <= int(ids.min()) and int(ids.max()) < len(self.data):
+            return self.data[ids]  # every block from the first held: the blocks' concatenation is indexed by id
         out = np.full(len(ids), NONE, dtype=np.uint16)
         block = ids // BLOCK_IDS
         inside = (ids >= 0) & (block < len(self.slot))

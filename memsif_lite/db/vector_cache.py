@@ -38,6 +38,8 @@ from __future__ import annotations
 import itertools
 import logging
 import mmap
+import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -61,6 +63,10 @@ MAX_BYTES = 1 << 30
 TIME_BYTES = 26
 #: arrays of at least this many bytes are mapped in at once (:func:`_mapped`)
 _MAPPED_FROM = 1 << 20
+#: arrays of at least this many bytes are touched by two threads (:func:`_touch`)
+_TOUCHED_FROM = 64 << 20
+#: vec0 chunks read into the buffer at a time by a full load (64 of 64 rows: 1.5 MB at dimension 384)
+_GROUP = 64
 
 
 @dataclass(frozen=True)
@@ -257,77 +263,72 @@ class VectorCache:
             self._hw = max(self._hw, int(ids.max()))
 
     def _load_chunks(self) -> bool:
-        """Load every row from vec0's own storage (its chunks: a validity bitmap, the rowids and the
-        int8 codes of up to ``chunk_size`` rows a row), exactly what vec0's scans read, 64 chunks
-        at a time instead of a row at a time; False (nothing loaded) when the chunks do not look
-        as sqlite-vec 0.1 writes them, and the caller reads row by row. With a partition, the
-        rows are laid out list by list (the unlisted last): a search then scans each probed list
-        as one contiguous run (a first pass reads the rowids alone to place them)."""
+        """Load every row from vec0's own storage as vec0's scans read it: each chunk's validity
+        bitmap and rowids (``{table}_chunks``, one query) and its int8 codes, read by SQLite's blob
+        I/O straight into a small reused buffer (vec0 opens the same blobs, by chunk id) — no
+        Python object per chunk, no copy of every code through one; False (nothing loaded) when
+        the chunks do not look as sqlite-vec 0.1 writes them, and the caller reads row by row.
+        With a partition, the rows are laid out list by list (the unlisted last): a search then
+        scans each probed list as one contiguous run."""
         t = self.table
+        blob = None
         try:
             total = int(self.con.execute(f"SELECT count(*) FROM {t}_rowids").fetchone()[0])
-            place: dict[int, np.ndarray] | None = None
+            meta = self.con.execute(f"SELECT chunk_id, size, validity, rowids FROM {t}_chunks").fetchall()
+            valid = _valid_many([(size, v, r, None) for _, size, v, r in meta], self.dim, t)
+            ids = np.frombuffer(b"".join(r[3] for r in meta), dtype="<i8")[valid] if meta else np.empty(0, np.int64)
+            if len(ids) != total:
+                raise ValueError(f"{t}: {len(ids)} valid rows in the chunks, {total} rowids")
+            dest: np.ndarray | None = None  # each valid row's position (None: in chunk order)
             if self.append_only and self._centroids is not None:
-                place, lists = self._placement(total)
-            cur = self.con.execute(f"SELECT c.chunk_id, c.size, c.validity, c.rowids, v.vectors FROM {t}_chunks c "
-                                   f"JOIN {t}_vector_chunks00 v ON v.rowid = c.chunk_id")  # no ORDER BY: no sorter
+                lists = self._list_map.lookup(ids)
+                dest = np.empty(total, dtype=np.int64)
+                dest[np.argsort(lists, kind="stable")] = np.arange(total)  # a stable counting sort: list by list
             self._grow(total + total // 16)  # room for the adds that follow, without a copy of everything
-            n = 0
-            while group := list(itertools.islice(cur, 64)):
-                valid = _valid_many([r[1:] for r in group], self.dim, t)
-                m = int(valid.sum())
-                if n + m > total:
-                    raise ValueError(f"{t}: more valid rows in the chunks than rowids")
-                ids = np.frombuffer(b"".join(r[3] for r in group), dtype="<i8")
-                codes = np.frombuffer(b"".join(r[4] for r in group), dtype=np.int8).reshape(-1, self.dim)
-                if m < len(valid):
-                    ids, codes = ids[valid], codes[valid]
-                if place is None:
-                    at: Any = slice(n, n + m)
-                else:
-                    at = np.concatenate([place.pop(r[0]) for r in group if r[0] in place] or [np.empty(0, np.int64)])
-                    if len(at) != m:
-                        raise ValueError(f"{t}: the chunks changed between two reads")
-                self._ids[at], self._codes[at], self._inv[at] = ids, codes, inverse_norms(codes)
-                n += m
-            if n != total:
-                raise ValueError(f"{t}: {n} valid rows in the chunks, {total} rowids")
-        except (apsw.SQLError, ValueError) as e:
+            sizes = [int(r[1]) for r in meta]
+            slot = np.cumsum([0] + sizes)  # each chunk's first slot among all chunks' slots
+            held = np.concatenate(([0], np.cumsum(valid)))  # valid rows before each slot
+            bounds = list(range(0, len(meta), _GROUP)) + [len(meta)]  # chunks read into the buffer at once
+            widest = max((int(slot[e] - slot[s]) for s, e in zip(bounds, bounds[1:], strict=False)), default=0)
+            whole = np.empty(widest * self.dim, dtype=np.int8)  # the buffer, reused by every group
+            for g in bounds[:-1]:
+                group = meta[g:g + _GROUP]
+                a, b = int(slot[g]), int(slot[g + len(group)])
+                buf = whole[:(b - a) * self.dim]
+                for (cid, size, _, _), at in zip(group, slot[g:g + len(group)].tolist(), strict=True):
+                    if blob is None:
+                        blob = self.con.blob_open("main", f"{t}_vector_chunks00", "vectors", cid, False)
+                    else:
+                        blob.reopen(cid)
+                    if blob.length() != size * self.dim:
+                        raise ValueError(f"{t}: chunk {cid} holds {blob.length()} bytes of codes, "
+                                         f"not {size * self.dim}")
+                    blob.read_into(buf, (at - a) * self.dim, size * self.dim)
+                codes = buf.reshape(-1, self.dim)
+                v = valid[a:b]
+                if not v.all():
+                    codes = codes[v]
+                r0, r1 = int(held[a]), int(held[b])
+                to: Any = slice(r0, r1) if dest is None else dest[r0:r1]
+                self._ids[to], self._codes[to], self._inv[to] = ids[r0:r1], codes, inverse_norms(codes)
+        except (apsw.SQLError, apsw.AbortError, ValueError) as e:
             log.info("vector cache: reading %s row by row (%s)", t, e)
             self._reset()
             return False
-        self._n = n
+        finally:
+            if blob is not None:
+                blob.close()
+        n = self._n = total
         self._hw = int(self._ids[:n].max(initial=0))
         if self.append_only:
             self._times[:n] = b""
-            if place is None:
+            if dest is None:
                 self._lists[:n] = self._list_map.lookup(self._ids[:n])
             else:
                 self._lists[:n] = np.sort(lists)
                 assert self._centroids is not None
                 self._index = _Index.contiguous(self._lists[:n], self._centroids.lists)
         return True
-
-    def _placement(self, total: int) -> tuple[dict[int, np.ndarray], np.ndarray]:
-        """Where each chunk's valid rows go when laid out list by list (a stable counting sort on
-        their lists, the unlisted last), and the rows' lists in chunk order."""
-        t = self.table
-        meta = self.con.execute(f"SELECT chunk_id, size, validity, rowids FROM {t}_chunks").fetchall()
-        valid = _valid_many([(size, validity, rowids, None) for _, size, validity, rowids in meta], self.dim, t)
-        starts = np.cumsum([0] + [r[1] for r in meta[:-1]], dtype=np.int64)
-        held = np.add.reduceat(valid.astype(np.int64), starts) if meta else np.empty(0, np.int64)
-        chunks = list(zip([r[0] for r in meta], held.tolist(), strict=True))
-        ids = np.frombuffer(b"".join(r[3] for r in meta), dtype="<i8")[valid] if meta else np.empty(0, np.int64)
-        if len(ids) != total:
-            raise ValueError(f"{t}: {len(ids)} valid rows in the chunks, {total} rowids")
-        lists = self._list_map.lookup(ids)
-        dest = np.empty(len(ids), dtype=np.int64)
-        dest[np.argsort(lists, kind="stable")] = np.arange(len(ids))
-        place, at = {}, 0
-        for cid, m in chunks:
-            place[cid] = dest[at:at + m]
-            at += m
-        return place, lists
 
     def _load_times(self) -> None:
         """Every cached message's time (a vector without its message, or a time that cannot be
@@ -511,6 +512,11 @@ class VectorCache:
                 + self._list_map.nbytes + self._scratch.nbytes + (0 if self._index is None else self._index.nbytes))
 
     @property
+    def loaded(self) -> bool:
+        """Loaded since the last reset (or turned off: vec0 answers), though perhaps behind the file."""
+        return self._loaded or self._disabled
+
+    @property
     def size(self) -> int:
         return self._n
 
@@ -609,19 +615,46 @@ def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table:
 
 
 def _mapped(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An empty array whose memory the kernel maps in at once (``MAP_POPULATE``, Linux; elsewhere
-    plain ``np.empty``): filled page by page, a 400 MB cache took a page fault per 4 KiB, which cost
-    1.6 s of the 2.3 s CPU its first load took at a million messages (2026-12-02, this sandbox)."""
+    """An empty array whose memory is mapped in at once (Linux; elsewhere plain ``np.empty``): filled
+    page by page, a 400 MB cache took a page fault per 4 KiB, which cost 1.6 s of the 2.3 s CPU its
+    first load took at a million messages (2026-12-02, this sandbox). The kernel zeroes each page as
+    it maps it in: with a second core, half the pages are touched by a helper thread (:func:`_touch`),
+    else ``MAP_POPULATE`` maps them all in one call."""
     dt = np.dtype(dtype)
     size = int(np.prod(shape)) * dt.itemsize
     populate = getattr(mmap, "MAP_POPULATE", 0)
     if size < _MAPPED_FROM or not populate:
         return np.empty(shape, dtype=dt)
+    halves = size >= _TOUCHED_FROM and _cores() > 1
     try:
-        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | populate)  # anonymous: fileno -1
+        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | (0 if halves else populate))  # anonymous: fileno -1
     except OSError:  # refused (a memory limit): numpy's own allocation decides
         return np.empty(shape, dtype=dt)
+    if halves:
+        _touch(buf)
     return np.frombuffer(buf, dtype=dt).reshape(shape)
+
+
+def _touch(buf: mmap.mmap) -> None:
+    """Write a zero to every page of a fresh anonymous mapping (its pages are zero already), the
+    second half from a helper thread: numpy's strided fill releases the GIL, so both cores take
+    page faults (a 450 MB array: 95 ms against 193 for ``MAP_POPULATE``, 2026-12-03, this sandbox)."""
+    pages = np.frombuffer(buf, dtype=np.uint8)[::mmap.PAGESIZE]
+    half = len(pages) // 2
+    helper = threading.Thread(target=pages[half:].fill, args=(0,), name="memsif-touch", daemon=True)
+    helper.start()
+    try:
+        pages[:half].fill(0)
+    finally:
+        helper.join()
+
+
+def _cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _check_chunk(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table: str) -> None:
