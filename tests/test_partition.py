@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsif_lite import Memory, partition
-from memsif_lite.int8 import quantize
+from memsif_lite.int8 import inverse_norms, quantize
 from memsif_lite.partitioning import refresh
 from memsif_lite.db.vector_cache import VectorCache
 
@@ -332,6 +332,38 @@ def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, mo
     lists = cache._lists[:cache.size]
     assert np.array_equal(lists, np.sort(lists))  # list by list, the unlisted last
     assert np.array_equal(lists, cache._list_map.lookup(cache._ids[:cache.size]))
+
+
+def test_inverse_norms_are_computed_by_the_searches_that_scan_them(filled, monkeypatch):
+    """A full load computes no inverse norm; a search computes those of the blocks it scans and
+    ranks exactly; a deletion moving a row not computed yet into a computed block, and rows
+    appended after, keep every later ranking exact (as vec0's)."""
+    from memsif_lite.db import vector_cache
+
+    monkeypatch.setattr(vector_cache, "NORM_ROWS", 16)
+    con = filled._db.con
+    cache = filled._db.vectors
+    for c in filled._db.caches:  # loaded again with blocks of 16
+        c.invalidate()
+    with con:
+        cache.sync()
+    assert cache.size == 2400 and not cache._normed.any()
+    assert cache.search(query(3), 10) == exact(filled, query(3), 10)
+    done = int(cache._normed.sum())
+    assert 0 < done < len(cache._normed)  # a quarter of the lists scanned: some blocks, not all
+    first_done = int(np.flatnonzero(cache._normed)[0])
+    moved = cache._ids[first_done * 16]  # a row of a computed block, deleted: the last row moves in
+    assert not cache._normed[(cache.size - 1) // 16]
+    filled.forget(message_id=int(moved))
+    filled.add_many(conversation(30, 5000))
+    blocks = np.flatnonzero(cache._normed)  # every row of a block marked computed is
+    rows = np.concatenate([np.arange(b * 16, min((b + 1) * 16, cache.size)) for b in blocks])
+    assert np.array_equal(cache._inv[rows], inverse_norms(cache._codes[rows]))
+    monkeypatch.setattr(partition, "SCAN_SHARE", 1.0)
+    monkeypatch.setattr(partition, "MIN_SHARE", 1.0)
+    for i in range(0, TOPICS, 7):
+        assert cache.search(query(i), 10) == exact(filled, query(i), 10)
+    assert cache._normed[:-(-cache.size // 16)].all()
 
 
 def test_the_second_thread_is_kept_between_queries(filled):

@@ -27,8 +27,9 @@ source of truth; the cache is a view of it that is checked before every query.
   vectors' coherence rules. A cache holding a time it cannot compare exactly as SQLite would
   (longer than ``TIME_BYTES``, not ASCII: a damaged file), or a vector without its message,
   declines time windows and vec0 serves them.
-* **Memory**: ``dim + 12`` bytes per vector (int8 codes, id, inverse norm), plus ``TIME_BYTES`` per
-  message — 42 MB for 100,000 messages of dimension 384 — plus one block of ``BLOCK × dim``
+* **Memory**: ``dim + 12`` bytes per vector (int8 codes, id, inverse norm: computed by the first
+  search that scans it), plus ``TIME_BYTES`` per message (mapped in when a time window first needs
+  them) — 42 MB for 100,000 messages of dimension 384 — plus one block of ``BLOCK × dim``
   float32 scratch (1.5 MB) for the blockwise dequantisation. Above ``MAX_BYTES`` the cache turns
   itself off and vec0 serves.
 """
@@ -61,12 +62,14 @@ BLOCK = 1024
 MAX_BYTES = 1 << 30
 #: bytes of a stored time held per message (``YYYY-MM-DDTHH:MM:SS.ffffff``, the longest one memsif writes)
 TIME_BYTES = 26
-#: arrays of at least this many bytes are mapped in at once (:func:`_mapped`)
+#: arrays of at least this many bytes are mapped in up front (:func:`_mapped`)
 _MAPPED_FROM = 1 << 20
 #: arrays of at least this many bytes are touched by two threads (:func:`_touch`)
 _TOUCHED_FROM = 64 << 20
 #: vec0 chunks read into the buffer at a time by a full load (64 of 64 rows: 1.5 MB at dimension 384)
 _GROUP = 64
+#: rows whose inverse norms are computed together, at the first search that scans one of them
+NORM_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class VectorCache:
         self._staged: list[tuple[str, int, np.ndarray | None, str | None]] = []
         self._scratch = np.empty((BLOCK, dim), dtype=np.float32)
         self._lists = np.empty(0, dtype=np.uint16)  # message cache: each row's list in the partition
+        self._normed = np.empty(0, dtype=bool)  # per NORM_ROWS positions: their inverse norms are computed
         self._part = PartitionRows(con, dim)
         self._stamp: str | None = None  # partition_stamp at the last load of the lists
         self._centroids: Centroids | None = None
@@ -179,7 +183,8 @@ class VectorCache:
             if op == "delete":
                 for i in at[::-1]:  # swap with the last row (order does not matter: ranking sorts)
                     last = self._n - 1
-                    self._codes[i], self._ids[i], self._inv[i] = self._codes[last], self._ids[last], self._inv[last]
+                    self._codes[i], self._ids[i] = self._codes[last], self._ids[last]
+                    self._inv[i] = inverse_norms(self._codes[i:i + 1])[0]  # (the last row's may not be computed yet)
                     if self.append_only:
                         self._times[i], self._lists[i] = self._times[last], self._lists[last]
                     self._n, self._index = last, None
@@ -284,7 +289,7 @@ class VectorCache:
                 lists = self._list_map.lookup(ids)
                 dest = np.empty(total, dtype=np.int64)
                 dest[np.argsort(lists, kind="stable")] = np.arange(total)  # a stable counting sort: list by list
-            self._grow(total + total // 16)  # room for the adds that follow, without a copy of everything
+            self._grow(total, total // 16)  # room for the adds that follow, without a copy of everything
             sizes = [int(r[1]) for r in meta]
             slot = np.cumsum([0] + sizes)  # each chunk's first slot among all chunks' slots
             held = np.concatenate(([0], np.cumsum(valid)))  # valid rows before each slot
@@ -310,7 +315,7 @@ class VectorCache:
                     codes = codes[v]
                 r0, r1 = int(held[a]), int(held[b])
                 to: Any = slice(r0, r1) if dest is None else dest[r0:r1]
-                self._ids[to], self._codes[to], self._inv[to] = ids[r0:r1], codes, inverse_norms(codes)
+                self._ids[to], self._codes[to] = ids[r0:r1], codes  # inverse norms: at the first search (_normalise)
         except (apsw.SQLError, apsw.AbortError, ValueError) as e:
             log.info("vector cache: reading %s row by row (%s)", t, e)
             self._reset()
@@ -320,8 +325,7 @@ class VectorCache:
                 blob.close()
         n = self._n = total
         self._hw = int(self._ids[:n].max(initial=0))
-        if self.append_only:
-            self._times[:n] = b""
+        if self.append_only:  # (the times: zeros, b"", as mapped in; loaded at the first time window)
             if dest is None:
                 self._lists[:n] = self._list_map.lookup(self._ids[:n])
             else:
@@ -437,6 +441,8 @@ class VectorCache:
             runs = [(a, b) for a, b in rows if b > a]
             if k <= 0 or not runs:
                 return []
+            self._normalise(np.unique(np.concatenate([np.arange(a // NORM_ROWS, (b - 1) // NORM_ROWS + 1)
+                                                      for a, b in runs])))
             dots = self._run_dots(runs, qf)
             inv = np.concatenate([self._inv[a:b] for a, b in runs])
             starts = np.array([a for a, _ in runs], dtype=np.int64)
@@ -450,8 +456,10 @@ class VectorCache:
         if k <= 0 or n == 0:
             return []
         if rows is None:  # every row: one run
+            self._normalise(np.arange(-(-n // NORM_ROWS)))
             return self._ranked(self._run_dots([(0, n)], qf), self._inv[:n], lambda i: i, qf, k)
         picked = rows
+        self._normalise(np.unique(picked // NORM_ROWS))
         dots = np.empty(n, dtype=np.float32)
         for s in range(0, n, BLOCK):  # gathered a block at a time: no transient copy of every picked row
             e = min(s + BLOCK, n)
@@ -459,6 +467,21 @@ class VectorCache:
             np.copyto(m, self._codes[picked[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
         return self._ranked(dots, self._inv[picked], lambda i: picked[i], qf, k)
+
+    def _normalise(self, blocks: np.ndarray) -> None:
+        """The inverse norms of the rows in ``blocks`` (sorted numbers of blocks of ``NORM_ROWS``
+        positions) not computed yet: a full load leaves them to the searches that scan them first
+        (at a million messages ~0.1 s, of which the first search scans a third). A block marked
+        done has every row below ``_n`` computed: rows appended later are computed as they come, a
+        row moved by a deletion or rewritten in place at once."""
+        todo = blocks[~self._normed[blocks]]
+        if not len(todo):
+            return
+        for run in np.split(todo, np.flatnonzero(np.diff(todo) != 1) + 1):  # consecutive blocks at once
+            a, b = int(run[0]) * NORM_ROWS, min(self._n, (int(run[-1]) + 1) * NORM_ROWS)
+            if b > a:
+                self._inv[a:b] = inverse_norms(self._codes[a:b])
+        self._normed[todo] = True
 
     def _run_dots(self, runs: list[tuple[int, int]], qf: np.ndarray) -> np.ndarray:
         """The dot products with ``qf`` of the rows of ``runs`` (start, end), in order: the runs are
@@ -509,7 +532,8 @@ class VectorCache:
     def nbytes(self) -> int:
         """Memory held (allocated capacity of codes, ids and norms, plus the scratch block)."""
         return (self._codes.nbytes + self._ids.nbytes + self._inv.nbytes + self._times.nbytes + self._lists.nbytes
-                + self._list_map.nbytes + self._scratch.nbytes + (0 if self._index is None else self._index.nbytes))
+                + self._normed.nbytes + self._list_map.nbytes + self._scratch.nbytes
+                + (0 if self._index is None else self._index.nbytes))
 
     @property
     def loaded(self) -> bool:
@@ -534,22 +558,29 @@ class VectorCache:
         self._inv = np.empty(0, dtype=np.float32)
         self._times = np.empty(0, dtype=f"S{TIME_BYTES}")
         self._lists = np.empty(0, dtype=np.uint16)
+        self._normed = np.empty(0, dtype=bool)
         self._n, self._hw, self._loaded, self._timed = 0, 0, False, True
         self._times_loaded, self._index = False, None
 
-    def _grow(self, need: int) -> None:
-        """Room for ``need`` rows (a quarter more than asked when it grows by appends)."""
+    def _grow(self, need: int, room: int = 0) -> None:
+        """Room for ``need`` rows, whose memory is mapped in now, and ``room`` more mapped in as they
+        come (when it grows by appends, a quarter more than held). The times are mapped in as they
+        are written (a time-filtered search loads them): until then they read as zeros, ``b""``."""
         if need <= len(self._ids):
             return
-        cap = need if self._n == 0 else max(need, int(len(self._ids) * 1.25) + 256)
-        arrays: list[tuple[str, tuple[int, ...], Any]] = [
-            ("_codes", (cap, self.dim), np.int8), ("_ids", (cap,), np.int64), ("_inv", (cap,), np.float32)]
+        cap = need + room if self._n == 0 else max(need, int(len(self._ids) * 1.25) + 256)
+        arrays: list[tuple[str, tuple[int, ...], Any, int]] = [
+            ("_codes", (cap, self.dim), np.int8, need), ("_ids", (cap,), np.int64, need),
+            ("_inv", (cap,), np.float32, need)]
         if self.append_only:
-            arrays += [("_times", (cap,), np.dtype(f"S{TIME_BYTES}")), ("_lists", (cap,), np.uint16)]
-        for name, shape, dt in arrays:
-            new = _mapped(shape, dt)
+            arrays += [("_times", (cap,), np.dtype(f"S{TIME_BYTES}"), self._n), ("_lists", (cap,), np.uint16, need)]
+        for name, shape, dt, ready in arrays:
+            new = _mapped(shape, dt, ready)
             new[:self._n] = getattr(self, name)[:self._n]
             setattr(self, name, new)
+        normed = np.zeros(-(-cap // NORM_ROWS), dtype=bool)
+        normed[:len(self._normed)] = self._normed
+        self._normed = normed
 
     def _append(self, ids: np.ndarray, codes: np.ndarray, times: Sequence[Any] | None) -> None:
         """Rows at the end; ``times``: their messages' stored times (message cache only)."""
@@ -614,32 +645,34 @@ def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table:
     return np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
 
 
-def _mapped(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An empty array whose memory is mapped in at once (Linux; elsewhere plain ``np.empty``): filled
-    page by page, a 400 MB cache took a page fault per 4 KiB, which cost 1.6 s of the 2.3 s CPU its
-    first load took at a million messages (2026-12-02, this sandbox). The kernel zeroes each page as
-    it maps it in: with a second core, half the pages are touched by a helper thread (:func:`_touch`),
-    else ``MAP_POPULATE`` maps them all in one call."""
+def _mapped(shape: tuple[int, ...], dtype: Any, ready: int | None = None) -> np.ndarray:
+    """An empty array whose first ``ready`` rows (all by default) are mapped in now, the rest as
+    they are written (elsewhere than where anonymous mappings exist: plain ``np.empty``). Filled
+    page by page as it is written, a 400 MB cache took a page fault per 4 KiB, which cost 1.6 s of
+    the 2.3 s CPU its first load took at a million messages (2026-12-02, this sandbox); mapped in at
+    once (:func:`_touch`) it costs a fraction of that."""
     dt = np.dtype(dtype)
     size = int(np.prod(shape)) * dt.itemsize
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    if size < _MAPPED_FROM or not populate:
+    if size < _MAPPED_FROM or not hasattr(mmap, "MAP_PRIVATE"):
         return np.empty(shape, dtype=dt)
-    halves = size >= _TOUCHED_FROM and _cores() > 1
     try:
-        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | (0 if halves else populate))  # anonymous: fileno -1
+        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)  # anonymous (fileno -1): zeros
     except OSError:  # refused (a memory limit): numpy's own allocation decides
         return np.empty(shape, dtype=dt)
-    if halves:
-        _touch(buf)
+    rows = shape[0] if ready is None else max(0, min(ready, shape[0]))
+    _touch(buf, size // shape[0] * rows if shape[0] else 0)
     return np.frombuffer(buf, dtype=dt).reshape(shape)
 
 
-def _touch(buf: mmap.mmap) -> None:
-    """Write a zero to every page of a fresh anonymous mapping (its pages are zero already), the
-    second half from a helper thread: numpy's strided fill releases the GIL, so both cores take
-    page faults (a 450 MB array: 95 ms against 193 for ``MAP_POPULATE``, 2026-12-03, this sandbox)."""
-    pages = np.frombuffer(buf, dtype=np.uint8)[::mmap.PAGESIZE]
+def _touch(buf: mmap.mmap, nbytes: int) -> None:
+    """Write a zero to every page of the first ``nbytes`` of a fresh anonymous mapping (its pages
+    are zero already), so the kernel maps them in now; from ``_TOUCHED_FROM`` bytes on with two
+    cores, the second half from a helper thread: numpy's strided fill releases the GIL, so both
+    cores take the page faults (450 MB: 95 ms against 193 for ``MAP_POPULATE``, 2026-12-03)."""
+    pages = np.frombuffer(buf, dtype=np.uint8, count=nbytes)[::mmap.PAGESIZE]
+    if nbytes < _TOUCHED_FROM or _cores() < 2:
+        pages.fill(0)
+        return
     half = len(pages) // 2
     helper = threading.Thread(target=pages[half:].fill, args=(0,), name="memsif-touch", daemon=True)
     helper.start()
