@@ -441,8 +441,9 @@ class VectorCache:
             runs = [(a, b) for a, b in rows if b > a]
             if k <= 0 or not runs:
                 return []
-            self._normalise(np.unique(np.concatenate([np.arange(a // NORM_ROWS, (b - 1) // NORM_ROWS + 1)
-                                                      for a, b in runs])))
+            if self._norms_pending():
+                self._normalise(np.unique(np.concatenate([np.arange(a // NORM_ROWS, (b - 1) // NORM_ROWS + 1)
+                                                          for a, b in runs])))
             dots = self._run_dots(runs, qf)
             inv = np.concatenate([self._inv[a:b] for a, b in runs])
             starts = np.array([a for a, _ in runs], dtype=np.int64)
@@ -456,10 +457,12 @@ class VectorCache:
         if k <= 0 or n == 0:
             return []
         if rows is None:  # every row: one run
-            self._normalise(np.arange(-(-n // NORM_ROWS)))
+            if self._norms_pending():
+                self._normalise(np.arange(-(-n // NORM_ROWS)))
             return self._ranked(self._run_dots([(0, n)], qf), self._inv[:n], lambda i: i, qf, k)
         picked = rows
-        self._normalise(np.unique(picked // NORM_ROWS))
+        if self._norms_pending():
+            self._normalise(np.unique(picked // NORM_ROWS))
         dots = np.empty(n, dtype=np.float32)
         for s in range(0, n, BLOCK):  # gathered a block at a time: no transient copy of every picked row
             e = min(s + BLOCK, n)
@@ -467,6 +470,11 @@ class VectorCache:
             np.copyto(m, self._codes[picked[s:e]], casting="unsafe")
             dots[s:e] = m @ qf
         return self._ranked(dots, self._inv[picked], lambda i: picked[i], qf, k)
+
+    def _norms_pending(self) -> bool:
+        """Some held row's inverse norm is not computed yet (after a full load, until searches have
+        scanned every block): a search then finds which of its blocks to compute first."""
+        return not bool(self._normed[:-(-self._n // NORM_ROWS)].all())
 
     def _normalise(self, blocks: np.ndarray) -> None:
         """The inverse norms of the rows in ``blocks`` (sorted numbers of blocks of ``NORM_ROWS``
@@ -589,6 +597,7 @@ class VectorCache:
         self._codes[self._n:need] = codes
         self._ids[self._n:need] = ids
         self._inv[self._n:need] = inverse_norms(codes)
+        self._normed[-(-self._n // NORM_ROWS):-(-need // NORM_ROWS)] = True  # blocks that begin with these rows
         if self.append_only:
             self._lists[self._n:need] = self._list_map.lookup(ids)
             held = _time_code(times) if times is not None else None
