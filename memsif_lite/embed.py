@@ -59,7 +59,10 @@ Kind = Literal["query", "passage"]
 
 @runtime_checkable
 class Embedder(Protocol):
-    """What memsif needs of an embedding model. Vectors are float32, L2-normalised, [n, dim]."""
+    """What memsif needs of an embedding model. Vectors are float32, L2-normalised, [n, dim].
+    ``embed`` must be thread-safe: the background worker calls it from its own thread, and the
+    first query after opening from a helper thread while the vectors load
+    (:func:`memsif_lite.pipelines.loading_beside`)."""
 
     model_id: str
     dim: int

@@ -93,8 +93,8 @@ def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Ca
     load ~0.7 s): the question is then embedded by a helper thread while this one loads them, so
     the first query waits for the slower of the two rather than their sum (both spend most of
     their time outside the GIL: in SQLite, numpy, onnxruntime). The vector and the cache are the
-    same as one after the other; an error in either is raised here once both have ended. The
-    embedder is never called by two threads at once (the facade runs one call at a time)."""
+    same as one after the other; an error in either is raised here once both have ended (the
+    embedder is thread-safe: the background worker calls it from its own thread too)."""
     def embed(question: str) -> np.ndarray:
         if db.messages.cache_loaded:
             return embed_query(question)
