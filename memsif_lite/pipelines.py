@@ -99,23 +99,44 @@ def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Ca
         if db.messages.cache_loaded:
             return embed_query(question)
         done: dict[str, Any] = {}
+        ended = threading.Event()
 
         def helper() -> None:
             try:
                 done["vector"] = embed_query(question)
             except BaseException as e:  # raised in the caller's thread, below
                 done["error"] = e
+            finally:
+                ended.set()
 
-        thread = threading.Thread(target=helper, name="memsif-embed", daemon=True)
-        thread.start()
+        try:
+            threading.Thread(target=helper, name="memsif-embed", daemon=True).start()
+        except RuntimeError:  # no thread to be had: one after the other
+            return embed_query(question)
         try:
             db.messages.load_cache()
         finally:
-            thread.join()
+            _wait(ended)
         if "error" in done:
             raise done["error"]
         return done["vector"]
     return embed
+
+
+def _wait(ended: threading.Event) -> None:
+    """Wait for the helper thread to end, even through a KeyboardInterrupt, raised once it has
+    (until then it is still in the embedder, which the next query would otherwise enter beside it).
+    An event, not ``Thread.join``: a join interrupted by Ctrl-C marks the thread ended while it
+    still runs (CPython 3.11)."""
+    interrupted: KeyboardInterrupt | None = None
+    while True:
+        try:
+            ended.wait()
+            break
+        except KeyboardInterrupt as e:
+            interrupted = e
+    if interrupted is not None:
+        raise interrupted
 
 
 def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:

@@ -3,7 +3,11 @@ the question embedded beside it (:func:`memsif_lite.pipelines.loading_beside`)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,3 +101,43 @@ def test_an_embedding_error_on_the_first_query_is_raised_to_the_caller(tmp_path)
         emb.fail = False
         assert mem.search("topic3", k=5)  # nothing left broken: the cache loaded, the next query answers
         assert mem.stats()["messages"] == 50
+
+
+def test_an_interrupt_during_the_first_query_waits_for_the_embedding_thread(tmp_path):
+    """Ctrl-C while the question is still being embedded beside the load: the KeyboardInterrupt
+    reaches the caller once the helper thread has ended, so the next query never enters the
+    embedder beside it (a real SIGINT, in a child process)."""
+    path = tmp_path / "m.db"
+    _filled(path, 50)
+    script = textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from fakes import FakeEmbedder
+        from memsif_lite import Memory
+
+        class Slow(FakeEmbedder):
+            inside = overlap = 0
+
+            def embed(self, texts, *, kind):
+                Slow.inside += 1
+                Slow.overlap += Slow.inside > 1
+                try:
+                    if kind == "query":
+                        time.sleep(0.8)
+                    return super().embed(texts, kind=kind)
+                finally:
+                    Slow.inside -= 1
+
+        with Memory({str(path)!r}, embedder=Slow()) as mem:
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+            try:
+                mem.search("topic3", k=5)
+                print("not interrupted")
+            except KeyboardInterrupt:
+                print("interrupted; still embedding:", Slow.inside)
+            mem.search("topic4", k=5)
+            print("calls at once:", Slow.overlap)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["interrupted; still embedding: 0", "calls at once: 0"], out.stdout

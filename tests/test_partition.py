@@ -306,11 +306,33 @@ def test_a_chunk_whose_codes_do_not_fit_is_not_loaded_from_the_chunks(filled, da
     filled.close()
     tamper(path, damage)
     with Memory(path, embedder=FakeEmbedder()) as mem:
-        con = mem._db.con
+        con = _Blobs(mem._db.con)
         cache = VectorCache(con, mem._db.vectors.dim)
-        with con:
+        with mem._db.con:
             assert not cache._load_chunks()
-        assert cache.size == 0 and not cache.loaded
+        assert cache.size == 0
+        con.all_closed()
+
+
+class _Blobs:
+    """A connection that keeps every blob handle it opens (to check that each was closed)."""
+
+    def __init__(self, con):
+        self.con, self.blobs = con, []
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+    def blob_open(self, *args):
+        blob = self.con.blob_open(*args)
+        self.blobs.append(blob)
+        return blob
+
+    def all_closed(self):
+        assert self.blobs
+        for blob in self.blobs:
+            with pytest.raises(ValueError, match="closed"):
+                blob.length()
 
 
 def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, monkeypatch):
@@ -321,11 +343,12 @@ def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, mo
     monkeypatch.setattr(vector_cache, "_GROUP", 3)
     for m in [1, 64, 65, 1000]:
         filled.forget(message_id=m)
-    con = filled._db.con
+    con = _Blobs(filled._db.con)
     cache = VectorCache(con, filled._db.vectors.dim)
-    with con:
+    with filled._db.con:
         cache._read_partition(cache._part.stamp())
         assert cache._centroids is not None and cache._load_chunks()
+    con.all_closed()
     rows = {r: bytes(e) for r, e in con.execute("SELECT rowid, embedding FROM message_vec")}
     got = {int(i): cache._codes[p].tobytes() for p, i in enumerate(cache._ids[:cache.size])}
     assert got == rows

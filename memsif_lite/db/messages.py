@@ -363,7 +363,8 @@ class Messages(Table):
 
     def load_cache(self) -> None:
         """Bring the vector cache up to the caller's read snapshot (one is begun here when none is
-        open), loading it when it is not: what the first dense search after opening does first."""
+        open), loading it when it is not: what the first dense search after opening does first
+        (nothing while it cannot answer: this process's writes staged in an open transaction)."""
         cache_ready(self.con, self.cache)
 
     def nearest(self, qvec: np.ndarray, depth: int) -> list[tuple[int, float]]:

@@ -1,7 +1,9 @@
 """An in-process copy of ``message_vec`` for fast, exact dense search. The file stays the only
 source of truth; the cache is a view of it that is checked before every query.
 
-* **Loaded lazily** by one scan of ``message_vec`` at the first dense query.
+* **Loaded lazily**, at the first dense query (for the message vectors: while that query's
+  question is embedded, :func:`memsif_lite.pipelines.loading_beside`), from vec0's chunks: one
+  query for their validity bits and rowids, then their codes by blob I/O (:meth:`VectorCache._load_chunks`).
 * **This process's writes** are staged as they happen and applied when their transaction
   commits (dropped on rollback); while that transaction is open, queries see them overlaid on
   the cache (exactly: the staged rows are scored like the others), unless another process had
@@ -655,19 +657,19 @@ def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table:
 
 
 def _mapped(shape: tuple[int, ...], dtype: Any, ready: int | None = None) -> np.ndarray:
-    """An empty array whose first ``ready`` rows (all by default) are mapped in now, the rest as
-    they are written (elsewhere than where anonymous mappings exist: plain ``np.empty``). Filled
+    """An array of zeros whose first ``ready`` rows (all by default) are mapped in now, the rest as
+    they are written (where anonymous mappings do not exist: ``np.zeros``). Filled
     page by page as it is written, a 400 MB cache took a page fault per 4 KiB, which cost 1.6 s of
     the 2.3 s CPU its first load took at a million messages (2026-12-02, this sandbox); mapped in at
     once (:func:`_touch`) it costs a fraction of that."""
     dt = np.dtype(dtype)
     size = int(np.prod(shape)) * dt.itemsize
     if size < _MAPPED_FROM or not hasattr(mmap, "MAP_PRIVATE"):
-        return np.empty(shape, dtype=dt)
+        return np.zeros(shape, dtype=dt)  # (zeros, as a mapping reads: the times rely on it)
     try:
         buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)  # anonymous (fileno -1): zeros
     except OSError:  # refused (a memory limit): numpy's own allocation decides
-        return np.empty(shape, dtype=dt)
+        return np.zeros(shape, dtype=dt)
     rows = shape[0] if ready is None else max(0, min(ready, shape[0]))
     _touch(buf, size // shape[0] * rows if shape[0] else 0)
     return np.frombuffer(buf, dtype=dt).reshape(shape)
@@ -684,7 +686,11 @@ def _touch(buf: mmap.mmap, nbytes: int) -> None:
         return
     half = len(pages) // 2
     helper = threading.Thread(target=pages[half:].fill, args=(0,), name="memsif-touch", daemon=True)
-    helper.start()
+    try:
+        helper.start()
+    except RuntimeError:  # no thread to be had: all of it here
+        pages.fill(0)
+        return
     try:
         pages[:half].fill(0)
     finally:
