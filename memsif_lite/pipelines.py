@@ -91,11 +91,18 @@ def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Ca
     """``embed_query``, except at the first query after opening, while the message vectors are not
     loaded yet (at a million messages that load takes ~0.5 s, and the bundled model's own first
     load ~0.7 s): the question is then embedded by a helper thread while this one loads them, so
-    the first query waits for the slower of the two rather than their sum (both spend most of
-    their time outside the GIL: in SQLite, numpy, onnxruntime). The vector and the cache are the
-    same as one after the other; an error in either is raised here once both have ended (the
-    embedder is thread-safe: the background worker calls it from its own thread too)."""
+    the first query waits for about the slower of the two rather than their sum (the load spends
+    most of its time outside the GIL, in SQLite and numpy). The vector and the cache are the same
+    as one after the other. The embedder's error is raised here once both have ended; an error of
+    the load, or a Ctrl-C, at once, and the next query then waits for the helper to leave the
+    embedder before it embeds (the embedder is thread-safe — the background worker calls it from
+    its own thread too —, but the query vectors' little cache is not shared)."""
+    pending: list[threading.Event] = []  # helpers left embedding by a Ctrl-C
+
     def embed(question: str) -> np.ndarray:
+        while pending:
+            pending[0].wait()
+            pending.pop(0)
         if db.messages.cache_loaded:
             return embed_query(question)
         done: dict[str, Any] = {}
@@ -115,28 +122,14 @@ def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Ca
             return embed_query(question)
         try:
             db.messages.load_cache()
-        finally:
-            _wait(ended)
+            ended.wait()
+        except BaseException:  # the load failed, or a Ctrl-C: raised now, the helper waited for later
+            pending.append(ended)
+            raise
         if "error" in done:
             raise done["error"]
         return done["vector"]
     return embed
-
-
-def _wait(ended: threading.Event) -> None:
-    """Wait for the helper thread to end, even through a KeyboardInterrupt, raised once it has
-    (until then it is still in the embedder, which the next query would otherwise enter beside it).
-    An event, not ``Thread.join``: a join interrupted by Ctrl-C marks the thread ended while it
-    still runs (CPython 3.11)."""
-    interrupted: KeyboardInterrupt | None = None
-    while True:
-        try:
-            ended.wait()
-            break
-        except KeyboardInterrupt as e:
-            interrupted = e
-    if interrupted is not None:
-        raise interrupted
 
 
 def embedder_for(cfg: Config, info: FileInfo | None) -> Embedder:

@@ -103,10 +103,10 @@ def test_an_embedding_error_on_the_first_query_is_raised_to_the_caller(tmp_path)
         assert mem.stats()["messages"] == 50
 
 
-def test_an_interrupt_during_the_first_query_waits_for_the_embedding_thread(tmp_path):
+def test_an_interrupt_during_the_first_query_is_raised_at_once_and_the_next_query_waits(tmp_path):
     """Ctrl-C while the question is still being embedded beside the load: the KeyboardInterrupt
-    reaches the caller once the helper thread has ended, so the next query never enters the
-    embedder beside it (a real SIGINT, in a child process)."""
+    reaches the caller at once (the helper still embedding), and the next query waits for the
+    helper to leave the embedder before entering it (a real SIGINT, in a child process)."""
     path = tmp_path / "m.db"
     _filled(path, 50)
     script = textwrap.dedent(f"""
@@ -117,13 +117,15 @@ def test_an_interrupt_during_the_first_query_waits_for_the_embedding_thread(tmp_
 
         class Slow(FakeEmbedder):
             inside = overlap = 0
+            slow = True
 
             def embed(self, texts, *, kind):
                 Slow.inside += 1
                 Slow.overlap += Slow.inside > 1
                 try:
-                    if kind == "query":
-                        time.sleep(0.8)
+                    if kind == "query" and Slow.slow:
+                        Slow.slow = False
+                        time.sleep(3)
                     return super().embed(texts, kind=kind)
                 finally:
                     Slow.inside -= 1
@@ -140,4 +142,23 @@ def test_an_interrupt_during_the_first_query_waits_for_the_embedding_thread(tmp_
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["interrupted; still embedding: 0", "calls at once: 0"], out.stdout
+    assert out.stdout.split("\n")[:2] == ["interrupted; still embedding: 1", "calls at once: 0"], out.stdout
+
+
+def test_without_a_thread_to_be_had_the_first_query_runs_one_step_after_the_other(tmp_path, monkeypatch):
+    path = tmp_path / "m.db"
+    _filled(path, 50)
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(vector_cache, "_MAPPED_FROM", 1)
+    monkeypatch.setattr(vector_cache, "_TOUCHED_FROM", 4096)
+    monkeypatch.setattr(vector_cache, "_cores", lambda: 2)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    emb = _Threads()
+    with Memory(path, embedder=emb) as mem:
+        assert [h.id for h in mem.search("topic3 word10", k=5)]
+        assert emb.threads and all(t is threading.current_thread() for t in emb.threads)
+        a = vector_cache._mapped((20000, 8), np.int8)  # its pages touched here alone
+        assert not a.any()

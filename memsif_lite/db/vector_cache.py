@@ -573,8 +573,9 @@ class VectorCache:
         self._times_loaded, self._index = False, None
 
     def _grow(self, need: int, room: int = 0) -> None:
-        """Room for ``need`` rows, whose memory is mapped in now, and ``room`` more mapped in as they
-        come (when it grows by appends, a quarter more than held). The times are mapped in as they
+        """Room for ``need`` rows, whose memory is mapped in now, and, when the cache is empty,
+        ``room`` more mapped in as they come (when it grows by appends: a quarter more than it
+        held). The times are mapped in as they
         are written (a time-filtered search loads them): until then they read as zeros, ``b""``."""
         if need <= len(self._ids):
             return
@@ -658,7 +659,8 @@ def _valid(size: Any, validity: Any, rowids: Any, vectors: Any, dim: int, table:
 
 def _mapped(shape: tuple[int, ...], dtype: Any, ready: int | None = None) -> np.ndarray:
     """An array of zeros whose first ``ready`` rows (all by default) are mapped in now, the rest as
-    they are written (where anonymous mappings do not exist: ``np.zeros``). Filled
+    they are written (below ``_MAPPED_FROM`` bytes, where anonymous mappings do not exist or one is
+    refused: ``np.zeros``, nothing mapped in up front). Filled
     page by page as it is written, a 400 MB cache took a page fault per 4 KiB, which cost 1.6 s of
     the 2.3 s CPU its first load took at a million messages (2026-12-02, this sandbox); mapped in at
     once (:func:`_touch`) it costs a fraction of that."""
