@@ -39,7 +39,7 @@ def test_a_list_map_gives_each_id_its_blocks_list(held, ids, seed):
 @pytest.mark.parametrize("shape,dtype", [((3000, 384), np.int8), ((70001,), np.int64), ((5,), "S26")])
 def test_a_mapped_array_is_empty_writable_memory_of_its_shape(monkeypatch, cores, shape, dtype):
     """Above the thresholds (lowered here) an array's pages are touched by two threads, or mapped
-    in at once on one core: either way zeros of the asked shape and type, writable."""
+    in by this thread alone on one core: either way zeros of the asked shape and type, writable."""
     monkeypatch.setattr(vector_cache, "_MAPPED_FROM", 1)
     monkeypatch.setattr(vector_cache, "_TOUCHED_FROM", 4096)
     monkeypatch.setattr(vector_cache, "_cores", lambda: cores)
