@@ -96,7 +96,9 @@ def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Ca
     as one after the other. The embedder's error is raised here once both have ended; an error of
     the load, or a Ctrl-C, at once, and the next query then waits for the helper to leave the
     embedder before it embeds (the embedder is thread-safe — the background worker calls it from
-    its own thread too —, but the query vectors' little cache is not shared)."""
+    its own thread too —, but the query vectors' little cache is not shared). Whatever embeds the
+    first question loads them, also a call that then does not search them (``accumulate``, a
+    filtered search vec0 answers): they are held for the next query."""
     pending: list[threading.Event] = []  # helpers left embedding by a Ctrl-C
 
     def embed(question: str) -> np.ndarray:
