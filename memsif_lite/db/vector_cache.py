@@ -290,7 +290,8 @@ class VectorCache:
             if self.append_only and self._centroids is not None:
                 lists = self._list_map.lookup(ids)
                 dest = np.empty(total, dtype=np.int64)
-                dest[np.argsort(lists, kind="stable")] = np.arange(total)  # a stable counting sort: list by list
+                order = np.argsort(lists, kind="stable")  # a stable counting sort: list by list, the unlisted last
+                dest[order] = np.arange(total)
             self._grow(total, total // 16)  # room for the adds that follow, without a copy of everything
             sizes = [int(r[1]) for r in meta]
             slot = np.cumsum([0] + sizes)  # each chunk's first slot among all chunks' slots
@@ -331,7 +332,7 @@ class VectorCache:
             if dest is None:
                 self._lists[:n] = self._list_map.lookup(self._ids[:n])
             else:
-                self._lists[:n] = np.sort(lists)
+                self._lists[:n] = lists[order]  # the lists as laid out (sorted by the order above)
                 assert self._centroids is not None
                 self._index = _Index.contiguous(self._lists[:n], self._centroids.lists)
         return True
