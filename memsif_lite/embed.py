@@ -105,7 +105,8 @@ def default_model_dir() -> Path:
 
 
 def read_tokenizer(path: Path, engine: str = "tokenizers") -> Any:
-    """The tokenizer of ``tokenizer.json`` or ``tokenizer.json.gz``, without padding or truncation,
+    """The tokenizer of ``tokenizer.json``, ``tokenizer.json.gz`` or the quick-loading form of a
+    Unigram one (``.npz``: :func:`memsif_lite.unigram.save_npz`), without padding or truncation,
     one instance per file and process, shared by the embedders and the token counter (callers must
     not reconfigure it). ``engine``: ``tokenizers`` (the library), or ``unigram``
     (:class:`memsif_lite.unigram.UnigramTokenizer`: the same ids for a large vocabulary in a
@@ -123,8 +124,14 @@ def _read_tokenizer(path: Path, engine: str) -> Any:
         return UnigramTokenizer(path)
     from tokenizers import Tokenizer
 
-    data = path.read_bytes()
-    tok = Tokenizer.from_str((gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8"))
+    if path.suffix == ".npz":
+        from .unigram import tokenizer_json
+
+        text = tokenizer_json(path)
+    else:
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
+    tok = Tokenizer.from_str(text)
     tok.no_padding()
     tok.no_truncation()
     return tok
@@ -279,6 +286,12 @@ class OnnxEmbedder:
         opts.intra_op_num_threads = self._threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        # x86 CPUs without VNNI (AVX2: most laptops before 2021, AMD before Zen 4) multiply the int8
+        # encoder's matrices with 16-bit intermediates that saturate: other vectors than on a VNNI
+        # CPU (cosine ~0.995 to them, 0.989 to the source model's) and other rankings for a file
+        # carried between the two. Exact unsigned 8-bit products instead, on those CPUs only: every
+        # machine computes the same vectors (~5-15 % slower there; no effect elsewhere).
+        opts.add_session_config_entry("session.x64quantprecision", "1")
         w = self._weights_spec
         if w is not None:
             inits = encoder_initializers(self._dir / w["file"], w.get("form", "int8"))

@@ -10,7 +10,7 @@ import random, sys, unicodedata, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from memsif_lite.embed import read_tokenizer
-P = Path(__file__).resolve().parents[2] / "models" / "tokenizer_multi.json.gz"
+P = Path(__file__).resolve().parents[2] / "models" / "tokenizer_multi.npz"
 lib = read_tokenizer(P, "tokenizers"); mine = read_tokenizer(P, "unigram")
 assigned = [chr(c) for c in range(0x110000) if not (0xD800 <= c <= 0xDFFF) and unicodedata.category(chr(c)) != "Cn"]
 rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 7)
@@ -27,8 +27,8 @@ for c in ["a \x1c<mask>", "㋿5年", "ꟲꟳꟴ", "🅬", "cafe\u07fd\u0301"]:
 lib2 = read_tokenizer(P, "tokenizers")
 long = "我住在北京" * 400 + " hello" * 300
 from tokenizers import Tokenizer
-import gzip
-t2 = Tokenizer.from_str(gzip.decompress(P.read_bytes()).decode()); t2.enable_truncation(512)
+from memsif_lite.unigram import tokenizer_json
+t2 = Tokenizer.from_str(tokenizer_json(P)); t2.enable_truncation(512)
 print("truncated equal:", mine.encode(long).ids == t2.encode(long).ids, len(mine.encode(long).ids))
 t0 = time.perf_counter(); mine.encode("word " * 40000); print("200k chars s", round(time.perf_counter() - t0, 3))
 try:

@@ -16,7 +16,8 @@ dependency):
 - ``token_q4.npy`` (uint8 [250037, 192], two 4-bit values a byte, low nibble first) and
   ``token_scales.npz`` (float16 [250037, 12], one scale per 32 values, zero point 8): the source's
   4-bit rows, unchanged;
-- ``tokenizer_enpt.json.gz`` / ``tokenizer_multi.json.gz``: the two tokenizers, compact JSON, gzipped;
+- ``tokenizer_enpt.json.gz`` / ``tokenizer_multi.npz``: the two tokenizers, compact JSON gzipped / the
+  multilingual one in ``memsif_lite.unigram``'s quick-loading form (stop 36; it was a ``.json.gz`` before);
 - ``enpt_ids.npy`` (int32 [47284]): full-vocabulary row of every piece of the current tokenizer;
   with the current table's scale and zero point (printed, for the manifest) the current uint8 table
   is recomputed exactly (checked here) as round(row / scale) + zero point.
@@ -38,6 +39,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 from tokenizers import Tokenizer
+
+from memsif_lite.unigram import save_npz
 
 WORD = "m.embeddings.word_embeddings.weight"
 GATHER_OUT = "/m/embeddings/word_embeddings/Gather_output_0"
@@ -109,9 +112,9 @@ def main() -> None:
     np.save(out / "token_q4.npy", q4)
     np.savez_compressed(out / "token_scales.npz", scales=q4s)  # 6.0 MB -> 4.9 MB
     np.save(out / "enpt_ids.npy", ids)
-    for src, name in ((a.current_tok, "tokenizer_enpt.json.gz"), (a.q4_tok, "tokenizer_multi.json.gz")):
-        raw = json.dumps(json.loads(Path(src).read_text(encoding="utf-8")), ensure_ascii=False, separators=(",", ":"))
-        (out / name).write_bytes(gzip.compress(raw.encode("utf-8"), 9, mtime=0))
+    raw = json.dumps(json.loads(Path(a.current_tok).read_text(encoding="utf-8")), ensure_ascii=False, separators=(",", ":"))
+    (out / "tokenizer_enpt.json.gz").write_bytes(gzip.compress(raw.encode("utf-8"), 9, mtime=0))
+    save_npz(Path(a.q4_tok).read_text(encoding="utf-8"), out / "tokenizer_multi.npz")  # the quick-loading form
     print("manifest: scale", repr(float(scale)), "zero point", int(zp))
 
     # the split pipeline reproduces the current model exactly
