@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import sys
 import threading
 from collections import OrderedDict
@@ -43,7 +44,7 @@ from .q4 import dequant_q4, encoder_initializers
 __all__ = ["Embedder", "QueryLevels", "query_levels", "OnnxEmbedder", "LiteLLMEmbedder", "Embeddings", "TokenTable",
            "default_model_dir", "load_embedder", "read_tokenizer", "bundled_tokenizer", "MULTILINGUAL_MODEL",
            "ENPT_MODEL", "EXACT_MODEL", "resolve_embedder", "recorded_embedder", "register_embedder", "bundled_models",
-           "validate_vectors", "passage", "passage_hash"]
+           "validate_vectors", "passage", "passage_hash", "int8_may_saturate"]
 
 log = logging.getLogger("memsif_lite")
 #: the bundled model with the full XLM-R vocabulary (every script): the default for new files
@@ -179,6 +180,32 @@ class TokenTable:
         return self._dequant(uniq)[inverse.reshape(input_ids.shape)]
 
 
+def int8_may_saturate(cpuinfo: str | None = None, machine: str | None = None) -> bool:
+    """Whether onnxruntime's default int8 matrix products may saturate on this CPU: on x86 without
+    VNNI (SSE4.1, AVX2, AVX-512 without VNNI: most laptops before 2021, AMD before Zen 4) it adds
+    pairs of 8-bit products in 16-bit registers that saturate, which gave the int8 encoder other
+    vectors than a VNNI CPU's (cosine 0.9958-0.9973 to them, 0.989 to the source model's: another
+    ranking for a file carried between the two). There the session asks for exact unsigned products
+    (``session.x64quantprecision``): the stored codes of a file written on a VNNI CPU come back
+    equal but where an activation sits on a rounding step (7 of 8 texts in tests/test_multilingual.py),
+    at a cost on an AVX2 CPU (Zen 3) of 0.11-0.18 s more to create the session and 2-16 % slower
+    embedding. A VNNI CPU's default products are exact already and stay as they were. Read from
+    ``/proc/cpuinfo``; where it cannot be read (not Linux), an x86 CPU is taken to need it."""
+    arch = (machine if machine is not None else platform.machine()).lower()
+    if arch not in ("x86_64", "amd64", "x86", "i386", "i686"):
+        return False
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return True
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            return not flags & {"avx512_vnni", "avx_vnni"}
+    return True
+
+
 def validate_vectors(vecs: np.ndarray, n: int, dim: int) -> np.ndarray:
     """Float32, finite, the right shape, unit length: anything else is an EmbeddingError."""
     try:
@@ -286,13 +313,8 @@ class OnnxEmbedder:
         opts.intra_op_num_threads = self._threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
-        # x86 CPUs without VNNI (AVX2: most laptops before 2021, AMD before Zen 4) multiply the int8
-        # encoder's matrices with 16-bit intermediates that saturate: other vectors than on a VNNI
-        # CPU (cosine ~0.995 to them, 0.989 to the source model's) and other rankings for a file
-        # carried between the two. Exact unsigned 8-bit products instead on those CPUs (the same
-        # results elsewhere): every machine computes the same vectors, but for a rare rounding step.
-        # Cost on an AVX2 CPU: ~0.15 s more to create the session, embedding 2-16 % slower.
-        opts.add_session_config_entry("session.x64quantprecision", "1")
+        if int8_may_saturate():  # exact products instead (see there)
+            opts.add_session_config_entry("session.x64quantprecision", "1")
         w = self._weights_spec
         if w is not None:
             inits = encoder_initializers(self._dir / w["file"], w.get("form", "int8"))

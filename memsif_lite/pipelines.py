@@ -90,7 +90,7 @@ def build(db: Database, cfg: Config, emb: Embedder, llm: LLM | None, *, boundary
 def loading_beside(embed_query: Callable[[str], np.ndarray], db: Database) -> Callable[[str], np.ndarray]:
     """``embed_query``, except at the first query after opening, while the message vectors are not
     loaded yet (at a million messages that load takes ~0.5 s, and the bundled model's own first
-    load ~0.7 s): the question is then embedded by a helper thread while this one loads them, so
+    load 0.5–0.7 s): the question is then embedded by a helper thread while this one loads them, so
     the first query waits for about the slower of the two rather than their sum (the load spends
     most of its time outside the GIL, in SQLite and numpy). The vector and the cache are the same
     as one after the other. The embedder's error is raised here once both have ended; an error of

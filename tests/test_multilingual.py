@@ -8,6 +8,7 @@ import hashlib
 import re
 import unicodedata
 import json
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -303,6 +304,9 @@ def test_the_quick_loading_form_holds_the_same_tokenizer(tmp_path):
     save_npz(text, a)
     save_npz(text, b)
     assert a.read_bytes() == b.read_bytes()
+    with zipfile.ZipFile(a) as z:  # reproducible: nothing of the day or the system it was written on
+        assert [(i.filename, i.date_time, i.create_system) for i in z.infolist()] == [
+            (f"{m}.npy", (1980, 1, 1, 0, 0, 0), 3) for m in ("spec", "pieces", "scores")]
     assert json.loads(tokenizer_json(a)) == json.loads(text)
     from_json, quick, lib = UnigramTokenizer(src), UnigramTokenizer(a), read_tokenizer(a, "tokenizers")
     for t in ["Maya lives in Porto.", "Ich wohne jetzt in Porto, 2024!", "x <mask> y", "🐶 ﬁne", ""]:
@@ -315,9 +319,13 @@ def test_the_quick_loading_form_holds_the_same_tokenizer(tmp_path):
         arrays = {k: z[k] for k in z.files}
     multi = bundled_models()[MULTILINGUAL_MODEL]
     manifest = json.loads((multi / "embedder.json").read_text(encoding="utf-8"))
+    flipped = bytearray(a.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF  # inside the pieces' compressed stream
     for name, content in (("fewer_scores", {**arrays, "scores": arrays["scores"][:-1]}),
                           ("float32_scores", {**arrays, "scores": arrays["scores"].astype(np.float32)}),
-                          ("truncated", a.read_bytes()[:100_000])):
+                          ("scores_2d", {**arrays, "scores": arrays["scores"][:, None]}),
+                          ("spec_model_a_list", {**arrays, "spec": np.frombuffer(b'{"model": []}', dtype=np.uint8)}),
+                          ("truncated", a.read_bytes()[:100_000]), ("bit_flipped", bytes(flipped))):
         d = tmp_path / name
         d.mkdir()
         if isinstance(content, bytes):
@@ -332,6 +340,38 @@ def test_the_quick_loading_form_holds_the_same_tokenizer(tmp_path):
         (d / "embedder.json").write_text(json.dumps(m), encoding="utf-8")
         with pytest.raises(EmbeddingError, match="cannot load the embedding tokenizer"):
             OnnxEmbedder(d).embed(["hello"], kind="passage")
+
+
+def test_the_shipped_tokenizer_is_the_json_it_was_made_from():
+    """models/tokenizer_multi.npz holds, byte for byte, the tokenizer.json shipped before as
+    tokenizer_multi.json.gz (sha256 of its JSON text; models/MODEL_CARD.md): the library test above
+    reads the .npz through both engines, so this pins what both read."""
+    from memsif_lite.unigram import tokenizer_json
+
+    text = tokenizer_json(bundled_models()[MULTILINGUAL_MODEL] / "tokenizer_multi.npz")
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == \
+        "38b88c5253036f098b68e36b070707a55e85598bad974938d2d3638036c8bedb"
+
+
+def test_exact_int8_products_where_they_may_saturate():
+    """x86 without VNNI saturates onnxruntime's default int8 sums (other vectors: the two tests
+    above failed on an AVX2 CPU without it); the session asks for exact products exactly there."""
+    from memsif_lite.embed import int8_may_saturate
+
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse4_1 sse4_2 avx avx2 fma\n"
+    assert int8_may_saturate(avx2, "x86_64") and int8_may_saturate(avx2, "AMD64")
+    assert not int8_may_saturate(avx2.replace("avx2", "avx2 avx512f avx512_vnni"), "x86_64")
+    assert not int8_may_saturate(avx2.replace("avx2", "avx2 avx_vnni"), "x86_64")
+    assert int8_may_saturate("", "x86_64")  # flags unknown: exact, to be safe
+    assert not int8_may_saturate(avx2, "aarch64") and not int8_may_saturate(avx2, "arm64")
+    emb = OnnxEmbedder(bundled_models()[MULTILINGUAL_MODEL])
+    emb.embed(["hello"], kind="passage")
+    opts = emb._session.get_session_options()
+    try:
+        entry = opts.get_session_config_entry("session.x64quantprecision")
+    except RuntimeError:  # not set
+        entry = None
+    assert (entry == "1") == int8_may_saturate()
 
 
 def test_cjk_and_emoji_are_not_unknown_tokens():

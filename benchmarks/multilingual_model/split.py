@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,8 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from tokenizers import Tokenizer
 
-from memsif_lite.unigram import save_npz
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from memsif_lite.unigram import save_npz  # noqa: E402
 
 WORD = "m.embeddings.word_embeddings.weight"
 GATHER_OUT = "/m/embeddings/word_embeddings/Gather_output_0"
