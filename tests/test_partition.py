@@ -6,6 +6,7 @@ row. The thresholds are lowered here (the module's constants) so that small file
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,13 +48,26 @@ def small_partition(monkeypatch):
     monkeypatch.setattr(partition, "SCAN_SHARE", 0.25)
 
 
+@pytest.fixture(scope="session")
+def filled_file(tmp_path_factory):
+    """2,400 messages in four add_many calls, their lists trained (with small_partition's settings),
+    closed: built once per test process; each test of ``filled`` opens its own copy."""
+    path = tmp_path_factory.mktemp("filled") / "filled.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(partition, "MIN_ROWS", 500)
+        mp.setattr(partition, "SCAN_SHARE", 0.25)
+        with Memory(path, embedder=FakeEmbedder()) as mem:
+            for s in range(0, 2400, 600):
+                mem.add_many(conversation(600, s))
+            refresh(mem._db)
+    assert not Path(f"{path}-wal").exists()
+    return path
+
+
 @pytest.fixture
-def filled(small_partition, memory):
-    mem = memory()
-    for s in range(0, 2400, 600):
-        mem.add_many(conversation(600, s))
-    refresh(mem._db)
-    return mem
+def filled(small_partition, memory, db, filled_file):
+    shutil.copyfile(filled_file, db)
+    return memory()
 
 
 def tamper(db: Path, *sql: str) -> None:

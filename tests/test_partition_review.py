@@ -11,7 +11,7 @@ import random
 import apsw
 import pytest
 from fakes import FakeEmbedder, raw
-from test_partition import conversation, filled, query, small_partition, tamper  # noqa: F401 (fixtures)
+from test_partition import conversation, filled, filled_file, query, small_partition, tamper  # noqa: F401 (fixtures)
 
 from memsif_lite import Config, Memory, partition
 from memsif_lite.db import bm25
