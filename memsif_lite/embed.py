@@ -182,7 +182,7 @@ class TokenTable:
 
 def int8_may_saturate(cpuinfo: str | None = None, machine: str | None = None) -> bool:
     """Whether onnxruntime's default int8 matrix products may saturate on this CPU: on x86 without
-    VNNI (SSE4.1, AVX2, AVX-512 without VNNI: most laptops before 2021, AMD before Zen 4) it adds
+    VNNI (AVX2, AVX-512 without VNNI: most laptops before 2021, AMD before Zen 4) it adds
     pairs of 8-bit products in 16-bit registers that saturate, which gave the int8 encoder other
     vectors than a VNNI CPU's (cosine 0.9958-0.9973 to them, 0.989 to the source model's: another
     ranking for a file carried between the two). There the session asks for exact unsigned products
@@ -195,15 +195,22 @@ def int8_may_saturate(cpuinfo: str | None = None, machine: str | None = None) ->
     if arch not in ("x86_64", "amd64", "x86", "i386", "i686"):
         return False
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        cpuinfo = _cpuinfo()
+        if cpuinfo is None:
             return True
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
             return not flags & {"avx512_vnni", "avx_vnni"}
     return True
+
+
+@functools.lru_cache(maxsize=1)
+def _cpuinfo() -> str | None:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def validate_vectors(vecs: np.ndarray, n: int, dim: int) -> np.ndarray:

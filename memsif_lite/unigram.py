@@ -216,8 +216,9 @@ class UnigramTokenizer:
 
 
 # The quick-loading form. Reading the 250,002-piece vocabulary as JSON (a list of [piece, score]
-# pairs) costs 0.3-0.5 s of the interpreter, holding the GIL, at the first embedding of a process; as
-# one NUL-joined UTF-8 string and a float64 array it is split and indexed in 0.13-0.24 s.
+# pairs) costs 0.44-0.71 s of the interpreter, holding the GIL, at the first embedding of a process;
+# as one NUL-joined UTF-8 string and a float64 array it is split and indexed in 0.17-0.26 s (one
+# 2-core machine, beside other work: benchmarks/results/embed_speed_stop36.txt).
 
 def save_npz(text: str, path: Path) -> None:
     """Write a ``tokenizer.json`` text in the quick-loading form: ``spec`` (the JSON with
@@ -246,10 +247,9 @@ def save_npz(text: str, path: Path) -> None:
 def _read_npz(path: Path) -> tuple[dict[str, Any], list[str], list[float]]:
     """The spec, pieces and scores of a quick-loading form; anything else in the file is a
     ValueError that names it (OSError when it cannot be read at all)."""
+    data = path.read_bytes()
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise ValueError("not a .npz archive")
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("spec", "pieces", "scores")}
         if not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays.values()):
             raise ValueError("its members are not one-dimensional arrays")
@@ -263,9 +263,7 @@ def _read_npz(path: Path) -> tuple[dict[str, Any], list[str], list[float]]:
             raise ValueError("its spec is not a tokenizer.json without its vocabulary")
         if len(pieces) != len(scores) or not pieces:
             raise ValueError(f"{len(pieces)} pieces against {len(scores)} scores")
-    except OSError:
-        raise
-    except Exception as e:  # noqa: BLE001 - zipfile, zlib, numpy and json raise their own types
+    except Exception as e:  # noqa: BLE001 - zipfile (OSError too, seeking in a damaged one), zlib, numpy, json
         raise ValueError(f"{path.name}: not a tokenizer's quick-loading form ({e})") from e
     return spec, pieces, scores
 

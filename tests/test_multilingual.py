@@ -315,17 +315,33 @@ def test_the_quick_loading_form_holds_the_same_tokenizer(tmp_path):
         spec = json.loads(text)
         spec["model"]["vocab"][5][0] = "a\0b"
         save_npz(json.dumps(spec), tmp_path / "nul.npz")
+    rng = np.random.default_rng(3)
+    good = a.read_bytes()
+    for i in range(40):  # one byte changed near the start or the end (zip headers): same tokenizer or ValueError
+        damaged = bytearray(good)
+        at = int(rng.integers(0, 400)) if i % 2 else len(good) - 1 - int(rng.integers(0, 400))
+        damaged[at] ^= int(rng.integers(1, 256))
+        (tmp_path / "damaged.npz").write_bytes(bytes(damaged))
+        try:
+            again = UnigramTokenizer(tmp_path / "damaged.npz")
+        except ValueError as e:
+            assert "damaged.npz" in str(e)
+        else:
+            assert again.encode("Maya lives in Porto.").ids == quick.encode("Maya lives in Porto.").ids
     with np.load(a) as z:
         arrays = {k: z[k] for k in z.files}
     multi = bundled_models()[MULTILINGUAL_MODEL]
     manifest = json.loads((multi / "embedder.json").read_text(encoding="utf-8"))
     flipped = bytearray(a.read_bytes())
     flipped[len(flipped) // 2] ^= 0xFF  # inside the pieces' compressed stream
+    seek = bytearray(a.read_bytes())
+    seek[-4] ^= 0xFF  # the central directory's offset: reading a file, a seek before its start (OSError)
     for name, content in (("fewer_scores", {**arrays, "scores": arrays["scores"][:-1]}),
                           ("float32_scores", {**arrays, "scores": arrays["scores"].astype(np.float32)}),
                           ("scores_2d", {**arrays, "scores": arrays["scores"][:, None]}),
                           ("spec_model_a_list", {**arrays, "spec": np.frombuffer(b'{"model": []}', dtype=np.uint8)}),
-                          ("truncated", a.read_bytes()[:100_000]), ("bit_flipped", bytes(flipped))):
+                          ("truncated", a.read_bytes()[:100_000]), ("bit_flipped", bytes(flipped)),
+                          ("directory_offset", bytes(seek))):
         d = tmp_path / name
         d.mkdir()
         if isinstance(content, bytes):

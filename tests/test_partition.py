@@ -51,7 +51,8 @@ def small_partition(monkeypatch):
 @pytest.fixture(scope="session")
 def filled_file(tmp_path_factory):
     """2,400 messages in four add_many calls, their lists trained (with small_partition's settings),
-    closed: built once per test process; each test of ``filled`` opens its own copy."""
+    closed: built once per test process and module that imports it (two); each test of ``filled``
+    opens its own copy."""
     path = tmp_path_factory.mktemp("filled") / "filled.db"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(partition, "MIN_ROWS", 500)
@@ -67,6 +68,7 @@ def filled_file(tmp_path_factory):
 @pytest.fixture
 def filled(small_partition, memory, db, filled_file):
     shutil.copyfile(filled_file, db)
+    os.chmod(db, 0o600)  # as memsif makes its files
     return memory()
 
 
