@@ -88,8 +88,7 @@ class UnigramTokenizer:
         else:
             data = path.read_bytes()
             spec = json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
-            vocab = spec["model"]["vocab"]
-            pieces, scores = [piece for piece, _ in vocab], [float(score) for _, score in vocab]
+            pieces, scores = _take_vocab(spec)
         model = spec["model"]
         pre = spec["pre_tokenizer"]
         if model.get("type") != "Unigram" or model.get("byte_fallback") or pre != {
@@ -220,21 +219,26 @@ class UnigramTokenizer:
 # as one NUL-joined UTF-8 string and a float64 array it is split and indexed in 0.17-0.26 s (one
 # 2-core machine, beside other work: benchmarks/results/embed_speed_stop36.txt).
 
+def _take_vocab(spec: dict[str, Any]) -> tuple[list[str], list[float]]:
+    """The pieces and scores of a parsed tokenizer.json's vocabulary, taken out of it (left null,
+    as the quick-loading form stores the rest; :func:`tokenizer_json` puts them back)."""
+    vocab, spec["model"]["vocab"] = spec["model"]["vocab"], None
+    return [piece for piece, _ in vocab], [float(score) for _, score in vocab]
+
+
 def save_npz(text: str, path: Path) -> None:
     """Write a ``tokenizer.json`` text in the quick-loading form: ``spec`` (the JSON with
     ``model.vocab`` null), ``pieces`` (UTF-8, NUL between pieces) and ``scores`` (float64, exact:
     :func:`tokenizer_json` gives back the same JSON value). The same bytes every time with the same
     zlib (a fixed date and system in each member's header)."""
     spec = json.loads(text)
-    vocab = spec["model"]["vocab"]
-    pieces = [piece for piece, _ in vocab]
+    pieces, scores = _take_vocab(spec)
     if not pieces or any("\0" in p for p in pieces):
         raise ValueError("a vocabulary with a NUL in a piece (or none) has no quick-loading form")
-    spec["model"]["vocab"] = None
     spec_text = json.dumps(spec, ensure_ascii=False, separators=(",", ":"))
     arrays: dict[str, np.ndarray] = {"spec": np.frombuffer(spec_text.encode("utf-8"), dtype=np.uint8),
                                      "pieces": np.frombuffer("\0".join(pieces).encode("utf-8"), dtype=np.uint8),
-                                     "scores": np.array([float(score) for _, score in vocab], dtype=np.float64)}
+                                     "scores": np.array(scores, dtype=np.float64)}
     with zipfile.ZipFile(path, "w") as z:
         for name, array in arrays.items():  # as np.savez_compressed writes them, but reproducibly
             buf = io.BytesIO()
