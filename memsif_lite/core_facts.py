@@ -226,17 +226,22 @@ class CoreFactWriter:
                                      structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
-        """Current facts of the candidate's subject: those of its type, plus the most similar ones
-        (no other subject's fact is ever shown to the chooser)."""
+        """Current facts of the candidate's subject (no other subject's fact is ever shown to the
+        chooser), at most ``k + 5``: the ``k`` most similar first (among its ``4 k`` nearest facts of
+        any subject: an exact duplicate to merge, an earlier value to update or supersede), then
+        the newest of its type. The most similar come first so that a subject holding more facts
+        of the type than the list shows still has its duplicate in it."""
         facts = self.db.facts
-        rows = [r for r in facts.current_like(c.subject, c.type) if same_subject(r.subject, c.subject)]
+        rows: list[FactRow] = []
+        for fid, _ in facts.nearest(vec, 4 * k):
+            r = facts.current(fid)
+            if r is not None and same_subject(r.subject, c.subject):
+                rows.append(r)
+                if len(rows) == k:
+                    break
         have = {r.id for r in rows}
-        for fid, _ in facts.nearest(vec, k):
-            if fid not in have:
-                r = facts.current(fid)
-                if r is not None and same_subject(r.subject, c.subject):
-                    rows.append(r)
-                    have.add(fid)
+        rows += [r for r in facts.current_like(c.subject, c.type)
+                 if r.id not in have and same_subject(r.subject, c.subject)]
         return rows[:k + 5]
 
     def decide(self, c: Candidate) -> FactDecision:

@@ -149,6 +149,25 @@ def test_exact_duplicates_merge_provenance_and_forgetting_either_undoes_its_part
     assert [e.op for e in mem.fact_history(f.id)] == (["add"] if forgotten == 2 else ["add", "merge"])
 
 
+@pytest.mark.parametrize("real_model", [False, True])
+def test_an_exact_duplicate_merges_however_many_facts_of_its_type_the_subject_holds(memory, embedder, real_model):
+    """The chooser is shown a bounded list of the subject's facts; the most similar ones come
+    first, so that the exact duplicate is among them when the subject already holds more facts of
+    the type than the list shows (it was cut off after the ten newest of the type: a lifetime of
+    "I love ..." kept every repeat as a new fact)."""
+    mem = memory(config=FACTS_CONFIG, **({"embedder": embedder} if real_model else {}))
+    loves = ["ceramics", "tiled facades", "jazz", "long walks", "green tea", "old maps", "chess", "sailing",
+             "poetry", "bread baking", "birdwatching", "cycling"]
+    mem.add_many([{"speaker": "Maya", "text": f"I love {w}.", "at": T0 + timedelta(days=3 * i)}
+                  for i, w in enumerate(loves)]
+                 + [{"speaker": "Maya", "text": "As you know, I love ceramics.", "at": T0 + timedelta(days=60)},
+                    {"speaker": "Leo", "text": "ok", "at": T0 + timedelta(days=64)}])
+    prefs = mem.facts(type="Preference")
+    assert sorted(f.stmt for f in prefs) == sorted(f"Maya loves {w}" for w in loves)  # twelve, no copy
+    [f] = [f for f in prefs if f.stmt == "Maya loves ceramics"]
+    assert f.message_ids == (1, 13) and [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
+
+
 def test_offline_extractor_does_not_invent(memory):
     mem = memory(config=FACTS_CONFIG)
     mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
