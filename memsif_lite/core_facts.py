@@ -3,16 +3,17 @@
 Candidates ``<subject, type, stmt, meta>`` come from the LLM (JSON, validated against the
 schema; the segment's trajectory supplies earlier context) or, offline and whenever the LLM
 fails, from a deterministic extractor of the clearest first-person statements
-(:mod:`memsif_lite.fact_extraction`). Before a candidate is written, existing facts with the same
-subject and type (and the most similar ones) are retrieved and one operation is chosen:
+(:mod:`memsif_lite.fact_extraction`). Before a candidate is written, the most similar existing
+facts of its subject and the newest of its type are retrieved and one operation is chosen:
 
 * **Add** a new fact;  **Update** an existing fact with compatible new evidence (statement
   rewritten, provenance extended);  **Merge** a duplicate into an existing fact (provenance
   extended);  **Supersede** an outdated fact: it gets ``valid_to`` and ``superseded_by`` and stays
   queryable for historical questions.
 
-Offline the operation is: Merge for an exact duplicate (same subject, type, normalised
-statement); Supersede when a slot (one kind of value: where someone lives, works *at*, works
+A candidate that states a current fact again (same subject, type, normalised statement) is
+Merged into it, with or without an LLM (:func:`exact_duplicate`: no model is asked). Offline the
+operation is otherwise: Supersede when a slot (one kind of value: where someone lives, works *at*, works
 *as*, their name, age, diet, a favourite, one habit) gets a different value from a later message
 that states a change ("I moved to", "now", a new job, a promotion, "I stopped …", "again") —
 every earlier value of that slot then ends —, when the slot holds one value only (name, age,
@@ -61,7 +62,7 @@ from .timeutil import now_stored
 
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
            "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
-           "extract_offline", "same_subject", "CONTEXT_MESSAGES"]
+           "extract_offline", "same_subject", "exact_duplicate", "CONTEXT_MESSAGES"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -150,6 +151,16 @@ class OperationChooser(Protocol):
 ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
 
+def exact_duplicate(c: Candidate, related: Sequence[FactRow]) -> Operation | None:
+    """A Merge into the first of ``related`` that states the candidate again (same subject and
+    type, the same statement but for case and punctuation); None when none does."""
+    key = normalise(c.stmt)
+    for r in related:
+        if same_subject(r.subject, c.subject) and r.type == c.type and normalise(r.stmt) == key:
+            return Operation("merge", r.id, r.stmt)
+    return None
+
+
 class OfflineOperationChooser:
     """Merge an exact duplicate; Supersede an earlier value of the same slot (same kind: "lives
     in" vs "works at" vs "works as" vs one habit) when the new statement reports a change, the
@@ -159,10 +170,9 @@ class OfflineOperationChooser:
     moment. (What a change ends beyond its slot: :mod:`memsif_lite.fact_changes`.)"""
 
     def choose(self, c: Candidate, related: Sequence[FactRow]) -> Operation:
-        key = normalise(c.stmt)
-        for r in related:
-            if same_subject(r.subject, c.subject) and r.type == c.type and normalise(r.stmt) == key:
-                return Operation("merge", r.id, r.stmt)
+        duplicate = exact_duplicate(c, related)
+        if duplicate is not None:
+            return duplicate
         if c.slot:
             for r in related:
                 if (same_subject(r.subject, c.subject) and r.slot == c.slot and r.valid_from < c.at
@@ -253,7 +263,10 @@ class CoreFactWriter:
         cited = self.db.messages.many(list(c.message_ids))
         said_by_subject = bool(c.message_ids) and all(m in cited and same_subject(cited[m].speaker, c.subject)
                                                       for m in c.message_ids)
-        if not said_by_subject:
+        duplicate = exact_duplicate(c, related)  # a current fact stated again: no model is asked
+        if duplicate is not None:
+            op = duplicate
+        elif not said_by_subject:
             op = offline.choose(c, related)
         else:
             op = self.chooser.choose(c, related)

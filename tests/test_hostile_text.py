@@ -4,6 +4,7 @@ another subject's facts, or make a question cost more than linear time."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -88,13 +89,16 @@ def test_no_text_closes_or_opens_a_data_block(text):
 
 
 def _route_everything(server: FakeLLMServer, hostile: str) -> None:
-    """A model that echoes the hostile text wherever a reply may hold text."""
+    """A model that echoes the hostile text wherever a reply may hold text (each extracted
+    statement another: one stated again would be merged without asking the model)."""
+    extracted = itertools.count()
     server.route({
         prompts.BOUNDARY_SYSTEM: '{"continues": false}',
         prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
         prompts.TITLE_SYSTEM: json.dumps({"title": hostile[:100]}),
-        prompts.EXTRACT_SYSTEM: json.dumps({"facts": [{"subject": "Mallory", "type": "Preference",
-                                                       "stmt": hostile[:150], "lines": [1]}]}),
+        prompts.EXTRACT_SYSTEM: lambda: json.dumps({"facts": [{"subject": "Mallory", "type": "Preference",
+                                                               "stmt": f"{hostile[:140]} {next(extracted)}",
+                                                               "lines": [1]}]}),
         prompts.OPERATION_SYSTEM: json.dumps({"op": "update", "target": 1, "stmt": hostile[:150]}),
         prompts.SUFFICIENCY_SYSTEM: '{"sufficient": false}',
         prompts.EVIDENCE_SYSTEM: json.dumps({"evidence": [{"subject": "Mallory", "stmt": hostile[:200],

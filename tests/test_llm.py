@@ -237,3 +237,33 @@ def test_schema_constrained_replies_step_down_to_what_the_server_takes(memory, d
         assert all("schema" in r["response_format"] for r in server.requests[1:])
         st = mem.stats()
         assert st["llm_failures"] == 0 and st["llm_calls"] >= 7 and len(mem.segments()) > 1
+
+
+def test_a_fact_stated_again_is_merged_without_asking_the_model(memory, db, llm_server):
+    """A current fact stated again is merged into it whatever a model would answer (this one
+    would add a copy): the operation prompt is never sent for it; a new statement still is."""
+    said = ["Maya loves ceramics", "Maya loves ceramics.", "Maya loves jazz"]
+    llm_server.route({
+        prompts.BOUNDARY_SYSTEM: '{"continues": false}',
+        prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+        prompts.TITLE_SYSTEM: '{"title": "Hobbies"}',
+        prompts.EXTRACT_SYSTEM: lambda: json.dumps({"facts": [{"subject": "Maya", "type": "Preference",
+                                                               "stmt": said.pop(0) if said else "x", "lines": [1]}]}
+                                                   if said else {"facts": []}),
+        prompts.OPERATION_SYSTEM: '{"op": "add", "target": null}',
+    })
+    cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
+    t = datetime(2024, 1, 1, 9)
+    for i, text in enumerate(["clay and wheels", "still the wheel", "a saxophone night", "bye"]):
+        mem.add("Maya", text, at=t + timedelta(days=30 * i))
+    assert not said
+    facts = {f.stmt: f for f in mem.facts()}
+    assert set(facts) == {"Maya loves ceramics", "Maya loves jazz"}
+    assert facts["Maya loves ceramics"].message_ids == (1, 2)
+    assert [e.op for e in mem.fact_history(facts["Maya loves ceramics"].id)] == ["add", "merge"]
+    [merge] = [c for c in mem.changes(op="fact") if c.op == "fact.merge"]
+    assert merge.purpose == "fact_extract"  # the model extracted it; the rule merged it
+    asked = [r for r in llm_server.requests
+             if "messages" in r and r["messages"][0]["content"] == prompts.OPERATION_SYSTEM]
+    assert len(asked) == 1  # for "Maya loves jazz" only (the first fact had nothing to be compared with)

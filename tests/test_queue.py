@@ -311,7 +311,7 @@ def test_kill_9_while_processing_loses_nothing_and_the_queue_resumes(tmp_path, p
             time.sleep(120)  # the child is killed while waiting for this reply
         if system == prompts.EXTRACT_SYSTEM:  # a fact from every segment, so that operations are asked
             return json.dumps({"facts": [{"subject": "Ana", "type": "Preference", "lines": [1],
-                                          "stmt": f"Ana likes thing {_h(req['messages'][1]['content']) % 3}"}]})
+                                          "stmt": f"Ana likes thing {_h(req['messages'][1]['content']) % 1000}"}]})
         return deterministic_llm(req)
 
     with FakeLLMServer(default=model) as server:
