@@ -30,6 +30,7 @@ from .active_facts import ActiveFactStore, Evidence
 from .answers import Meaning, offline_answer
 from .db import Database
 from .embed import passage
+from .entities import normalise
 from .errors import NotFoundError
 from .filters import MessageFilter
 from .llm import LLM
@@ -49,6 +50,8 @@ SUFFICIENT_QUERY = 0.95
 #: passage embeddings live in different cosine ranges, so the cut is relative to the best match
 FACT_MARGIN = 0.04
 MAX_FACTS = 6
+#: the most CoreFacts :meth:`QueryPipeline.facts` ranks to fill places copies left empty
+MOST_NEAR_FACTS = 4096
 #: offline, only the best-ranked evidence items feed the ActiveFact track (the rest is context)
 OFFLINE_ACCUMULATE = 2
 MAX_EVIDENCE_TOKENS = 60
@@ -99,23 +102,37 @@ class QueryPipeline:
     def facts(self, qvec: np.ndarray, flt: MessageFilter | None = None) -> list[FactItem]:
         """The nearest CoreFacts and ActiveFacts shown: the best ``MAX_FACTS`` within ``FACT_MARGIN``
         of the best match, by score (ties: kind, id). Only those are read; a vector whose fact is
-        gone is passed over."""
+        gone is passed over, and so is a CoreFact whose subject and statement one shown before
+        has (copies an older memsif kept when a subject held many facts of one type: while they
+        leave places empty, four times more CoreFacts are ranked, up to :data:`MOST_NEAR_FACTS`)."""
+        k = 2 * MAX_FACTS
+        while True:
+            items, copies, more = self._nearest_facts(qvec, flt, k)
+            if not (copies and more and len(items) < MAX_FACTS and k < MOST_NEAR_FACTS):
+                return items
+            k = min(4 * k, MOST_NEAR_FACTS)
+
+    def _nearest_facts(self, qvec: np.ndarray, flt: MessageFilter | None, k: int) -> tuple[list[FactItem], bool, bool]:
+        """:meth:`facts` among the ``k`` nearest CoreFacts; whether a copy was passed over; whether
+        there may be more CoreFacts than the ``k``."""
         fl = self.db.filters
-        near_core = (self.db.facts.nearest(qvec, 2 * MAX_FACTS) if flt is None
-                     else fl.nearest_facts(qvec, 2 * MAX_FACTS, flt))
+        near_core = self.db.facts.nearest(qvec, k) if flt is None else fl.nearest_facts(qvec, k, flt)
         near_active = (self.db.clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
                        else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))
         near = sorted([(1.0 - dist, "core", fid) for fid, dist in near_core]
                       + [(1.0 - dist, "active", fid) for fid, dist in near_active], key=lambda n: (-n[0], n[1], n[2]))
+        copies, more = False, len(near_core) >= k
         while near:
             shown = [n for n in near if n[0] >= near[0][0] - FACT_MARGIN][:MAX_FACTS]
-            items = self._fact_items(shown, as_of=flt is not None and flt.as_of is not None,
-                                     known_at=flt.known_at if flt is not None else None)
+            read = self._fact_items(shown, as_of=flt is not None and flt.as_of is not None,
+                                    known_at=flt.known_at if flt is not None else None)
+            items = _once_each(read)
+            copies = copies or len(items) < len(read)
             if len(items) == len(shown):
-                return items
+                return items, copies, more
             found = {(f.kind, f.id) for f in items}
             near = [n for n in near if n not in shown or (n[1], n[2]) in found]
-        return []
+        return [], copies, more
 
     def _fact_items(self, near: list[tuple[float, str, int]], *, as_of: bool,
                     known_at: str | None = None) -> list[FactItem]:
@@ -258,3 +275,18 @@ class QueryPipeline:
         calls = (self.llm.calls - calls_before) if self.llm is not None else 0
         return Answer(text, extractive, ctx.text, ctx.evidence, ctx.facts, ctx.sufficient, tokens_in,
                       count_tokens(text), calls, timings)
+
+
+def _once_each(items: list[FactItem]) -> list[FactItem]:
+    """``items`` without a CoreFact whose subject and statement (compared as an exact duplicate
+    is: case and punctuation aside) an earlier one has."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for f in items:
+        if f.kind == "core":
+            key = (normalise(f.subject), normalise(f.stmt))
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(f)
+    return out

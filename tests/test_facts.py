@@ -223,3 +223,26 @@ def test_forget_never_leaves_a_fact_without_sources(order, k):
                 assert f.message_ids and set(f.message_ids) <= alive
                 if f.superseded_by is not None:
                     assert f.superseded_by in {g.id for g in mem.facts(include_superseded=True)}
+
+
+def test_copies_an_older_release_kept_are_shown_once_in_a_context(memory, embedder):
+    """A file an older memsif wrote may hold one fact many times (it added a repeat as a new fact
+    once a subject held ten facts of its type): a context shows it once, and the places the
+    copies would have taken go to the next facts."""
+    mem = memory(embedder=embedder, config=Config(tau_merge=0.99, tau_split=0.98))
+    mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate(
+        ["I love ceramics.", "I love tiled facades.", "I love jazz.", "ok"])])
+    [ceramics] = [f for f in mem.facts() if f.stmt == "Maya loves ceramics"]
+    db = mem._db
+    vec = embedder.embed(["Maya loves ceramics"], kind="passage")[0]
+    with db.write():  # what the older release wrote: the same fact, added again and again
+        for i in range(12):
+            db.facts.insert(subject="maya" if i % 2 else "Maya", ftype="Preference", stmt="Maya loves ceramics!",
+                            slot=None, valid_from=f"2024-0{1 + i % 9}-01T00:00:00", now="2024-12-01T00:00:00",
+                            origin="rule", vector=vec, message_ids=list(ceramics.message_ids))
+    assert len(mem.facts()) == 15
+    for ctx in (mem.context("What does Maya love?", budget_tokens=800),
+                mem.context("What does Maya love?", budget_tokens=800, speakers=["Maya"])):  # filtered: vec0's KNN
+        shown = [f.stmt.rstrip("!") for f in ctx.facts if f.kind == "core"]
+        assert sorted(shown) == ["Maya loves ceramics", "Maya loves jazz", "Maya loves tiled facades"]
+        assert ctx.text.lower().count("maya loves ceramics") == 1
