@@ -239,8 +239,8 @@ class CoreFactWriter:
         """Current facts of the candidate's subject (no other subject's fact is ever shown to the
         chooser), at most ``k + 5``: the ``k`` most similar first (among its ``4 k`` nearest facts of
         any subject: an exact duplicate to merge, an earlier value to update or supersede), then
-        the newest of its type. The most similar come first so that a subject holding more facts
-        of the type than the list shows still has its duplicate in it."""
+        the values of its slot, then the newest of its type. So a subject holding more facts of
+        the type than the list shows still has its duplicate and its slot's values in it."""
         facts = self.db.facts
         rows: list[FactRow] = []
         for fid, _ in facts.nearest(vec, 4 * k):
@@ -249,9 +249,10 @@ class CoreFactWriter:
                 rows.append(r)
                 if len(rows) == k:
                     break
-        have = {r.id for r in rows}
-        rows += [r for r in facts.current_like(c.subject, c.type)
-                 if r.id not in have and same_subject(r.subject, c.subject)]
+        for more in ((facts.current_in_slot(c.subject, c.type, c.slot) if c.slot else []),
+                     facts.current_like(c.subject, c.type)):
+            have = {r.id for r in rows}
+            rows += [r for r in more if r.id not in have and same_subject(r.subject, c.subject)]
         return rows[:k + 5]
 
     def decide(self, c: Candidate) -> FactDecision:
@@ -310,9 +311,10 @@ class CoreFactWriter:
                            now=now, origin=c.origin, vector=vec, message_ids=c.message_ids)
         targets = [eid for eid, _ in d.ends]  # what the change contradicts ...
         if op.name == "supersede" and op.target is not None:
-            # ... and, a stated change, every earlier value of its slot
-            targets += [op.target] + [r.id for r in facts.current_like(c.subject, c.type) if c.change and c.slot
-                                      and r.slot == c.slot and r.id not in (op.target, fid) and r.valid_from < c.at]
+            targets.append(op.target)
+            if c.change and c.slot:  # ... and, a stated change, every earlier value of its slot
+                targets += [r.id for r in facts.current_in_slot(c.subject, c.type, c.slot)
+                            if r.id not in (op.target, fid) and r.valid_from < c.at]
         else:
             facts.log(fid, "add", op.stmt, None, now)
         for target in dict.fromkeys(targets):

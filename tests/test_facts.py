@@ -246,3 +246,17 @@ def test_copies_an_older_release_kept_are_shown_once_in_a_context(memory, embedd
         shown = [f.stmt.rstrip("!") for f in ctx.facts if f.kind == "core"]
         assert sorted(shown) == ["Maya loves ceramics", "Maya loves jazz", "Maya loves tiled facades"]
         assert ctx.text.lower().count("maya loves ceramics") == 1
+
+
+def test_a_stated_move_ends_every_earlier_home_however_many_facts_of_its_type_the_subject_holds(memory):
+    """"I moved to Porto" ends every earlier value of the slot, not only those among the newest
+    twenty facts of its type (a subject with many Identity facts kept an old home current)."""
+    mem = memory(config=FACTS_CONFIG)
+    said = ["I live in Lisbon.", "I live in Sintra."] + [f"I'm originally from Town{chr(65 + i)}." for i in range(22)]
+    mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate(said)]
+                 + [{"speaker": "Maya", "text": "Big news: I moved to Porto last week!", "at": T0 + timedelta(days=90)},
+                    {"speaker": "Leo", "text": "Porto suits you.", "at": T0 + timedelta(days=91)}])
+    homes = {f.stmt for f in mem.facts(type="Identity") if " lives in " in f.stmt}
+    assert homes == {"Maya lives in Porto"}
+    ended = {f.stmt for f in mem.facts(include_superseded=True) if f.superseded_by is not None}
+    assert ended == {"Maya lives in Lisbon", "Maya lives in Sintra"}

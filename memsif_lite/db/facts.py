@@ -51,6 +51,13 @@ class CoreFacts(Table):
             f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? "
             "ORDER BY id DESC LIMIT ?", (subject, ftype, limit))]
 
+    def current_in_slot(self, subject: str, ftype: str, slot: str) -> list[FactRow]:
+        """Current facts with this subject (any case), type and slot, newest first (all of them:
+        a slot holds a few values, whatever else the subject holds)."""
+        return [FactRow(*r) for r in self.con.execute(
+            f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? AND slot=? "
+            "ORDER BY id DESC", (subject, ftype, slot))]
+
     def current_of(self, subject: str, limit: int = 1000) -> list[FactRow]:
         """Current facts with this subject (any case), any type, newest first."""
         return [FactRow(*r) for r in self.con.execute(
