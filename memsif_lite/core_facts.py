@@ -3,8 +3,9 @@
 Candidates ``<subject, type, stmt, meta>`` come from the LLM (JSON, validated against the
 schema; the segment's trajectory supplies earlier context) or, offline and whenever the LLM
 fails, from a deterministic extractor of the clearest first-person statements
-(:mod:`memsif_lite.fact_extraction`). Before a candidate is written, the most similar existing
-facts of its subject and the newest of its type are retrieved and one operation is chosen:
+(:mod:`memsif_lite.fact_extraction`). Before a candidate is written, its subject's existing
+facts are retrieved (one stating it again, the most similar, its slot's values, the newest of its
+type) and one operation is chosen:
 
 * **Add** a new fact;  **Update** an existing fact with compatible new evidence (statement
   rewritten, provenance extended);  **Merge** a duplicate into an existing fact (provenance
@@ -237,17 +238,21 @@ class CoreFactWriter:
 
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts of the candidate's subject (no other subject's fact is ever shown to the
-        chooser), at most ``k + 5``: the ``k`` most similar first (among its ``4 k`` nearest facts of
-        any subject: an exact duplicate to merge, an earlier value to update or supersede), then
-        the values of its slot, then the newest of its type. So a subject holding more facts of
-        the type than the list shows still has its duplicate and its slot's values in it."""
+        chooser), at most ``k + 5``: the oldest that states it again (:func:`exact_duplicate`
+        merges into it), the ``k`` most similar (among its ``4 k`` nearest facts of any subject: an
+        earlier value to update or supersede), the values of its slot, then the newest of its
+        type. So a subject holding more facts of the type than the list shows still has its
+        duplicate and its slot's values in it."""
         facts = self.db.facts
-        rows: list[FactRow] = []
+        rows = [r for r in facts.current_stated(c.subject, c.type, c.stmt)
+                if same_subject(r.subject, c.subject) and normalise(r.stmt) == normalise(c.stmt)][:1]
+        near = 0
         for fid, _ in facts.nearest(vec, 4 * k):
             r = facts.current(fid)
-            if r is not None and same_subject(r.subject, c.subject):
+            if r is not None and same_subject(r.subject, c.subject) and r.id not in {x.id for x in rows}:
                 rows.append(r)
-                if len(rows) == k:
+                near += 1
+                if near == k:
                     break
         for more in ((facts.current_in_slot(c.subject, c.type, c.slot) if c.slot else []),
                      facts.current_like(c.subject, c.type)):

@@ -102,26 +102,30 @@ class QueryPipeline:
     def facts(self, qvec: np.ndarray, flt: MessageFilter | None = None) -> list[FactItem]:
         """The nearest CoreFacts and ActiveFacts shown: the best ``MAX_FACTS`` within ``FACT_MARGIN``
         of the best match, by score (ties: kind, id). Only those are read; a vector whose fact is
-        gone is passed over, and so is a CoreFact whose subject and statement one shown before
+        gone is passed over, and so is a CoreFact whose subject, statement and end one shown before
         has (copies an older memsif kept when a subject held many facts of one type: while they
-        leave places empty, four times more CoreFacts are ranked, up to :data:`MOST_NEAR_FACTS`)."""
+        leave places empty and more CoreFacts could be within the margin, four times more are
+        ranked, up to :data:`MOST_NEAR_FACTS`)."""
+        fl = self.db.filters
+        near_active = (self.db.clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
+                       else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))
         k = 2 * MAX_FACTS
         while True:
-            items, copies, more = self._nearest_facts(qvec, flt, k)
+            near_core = self.db.facts.nearest(qvec, k) if flt is None else fl.nearest_facts(qvec, k, flt)
+            items, copies, more = self._shown_facts(near_core, near_active, flt, k)
             if not (copies and more and len(items) < MAX_FACTS and k < MOST_NEAR_FACTS):
                 return items
             k = min(4 * k, MOST_NEAR_FACTS)
 
-    def _nearest_facts(self, qvec: np.ndarray, flt: MessageFilter | None, k: int) -> tuple[list[FactItem], bool, bool]:
-        """:meth:`facts` among the ``k`` nearest CoreFacts; whether a copy was passed over; whether
-        there may be more CoreFacts than the ``k``."""
-        fl = self.db.filters
-        near_core = self.db.facts.nearest(qvec, k) if flt is None else fl.nearest_facts(qvec, k, flt)
-        near_active = (self.db.clusters.nearest_active(qvec, 2 * MAX_FACTS) if flt is None
-                       else fl.nearest_active(qvec, 2 * MAX_FACTS, flt))
+    def _shown_facts(self, near_core: list[tuple[int, float]], near_active: list[tuple[int, float]],
+                     flt: MessageFilter | None, k: int) -> tuple[list[FactItem], bool, bool]:
+        """:meth:`facts` among ``near_core``, the ``k`` nearest CoreFacts (id, distance); whether a
+        copy was passed over; whether a CoreFact beyond them could still be shown (``k`` of them,
+        the last still within the margin)."""
         near = sorted([(1.0 - dist, "core", fid) for fid, dist in near_core]
                       + [(1.0 - dist, "active", fid) for fid, dist in near_active], key=lambda n: (-n[0], n[1], n[2]))
-        copies, more = False, len(near_core) >= k
+        copies = False
+        more = len(near_core) >= k and bool(near) and 1.0 - near_core[-1][1] >= near[0][0] - FACT_MARGIN
         while near:
             shown = [n for n in near if n[0] >= near[0][0] - FACT_MARGIN][:MAX_FACTS]
             read = self._fact_items(shown, as_of=flt is not None and flt.as_of is not None,
@@ -279,12 +283,13 @@ class QueryPipeline:
 
 def _once_each(items: list[FactItem]) -> list[FactItem]:
     """``items`` without a CoreFact whose subject and statement (compared as an exact duplicate
-    is: case and punctuation aside) an earlier one has."""
-    seen: set[tuple[str, str]] = set()
+    is: case and punctuation aside) and end an earlier one has: a value that ended and holds again
+    ("I moved back to Lisbon") is two facts, both shown."""
+    seen: set[tuple[str, str, datetime | None]] = set()
     out = []
     for f in items:
         if f.kind == "core":
-            key = (normalise(f.subject), normalise(f.stmt))
+            key = (normalise(f.subject), normalise(f.stmt), f.valid_to)
             if key in seen:
                 continue
             seen.add(key)

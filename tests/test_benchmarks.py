@@ -191,3 +191,15 @@ def test_known_at_benchmark_shape(tmp_path):
     assert 0 < res["before_image_bytes_per_1000_messages"] < res["log_bytes_per_1000_messages"]
     assert {r: set(v) for r, v in res["reads"].items()} == {
         r: {"current_ms_p50", "known_at_ms_p50", "ratio"} for r in ("facts", "segments", "context")}
+
+
+def test_fact_copies_counts_the_facts_a_replicated_conversation_leaves(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "locomo_tiny.json").write_text((FIXTURES / "locomo_tiny.json").read_text())
+    out = tmp_path / "facts.json"
+    _run(str(ROOT / "benchmarks" / "fact_copies.py"), "--locomo", str(data), "--copies", "2", "--out", str(out),
+         cwd=tmp_path)
+    res = json.loads(out.read_text())
+    assert res["data"] == "locomo" and res["copies"] == 2 and res["machine"]
+    assert res["current_facts"] == res["distinct_statements"] == res["op_add"] > 0  # no copy kept

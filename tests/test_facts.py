@@ -260,3 +260,47 @@ def test_a_stated_move_ends_every_earlier_home_however_many_facts_of_its_type_th
     assert homes == {"Maya lives in Porto"}
     ended = {f.stmt for f in mem.facts(include_superseded=True) if f.superseded_by is not None}
     assert ended == {"Maya lives in Lisbon", "Maya lives in Sintra"}
+
+
+def test_a_value_that_ended_and_holds_again_is_shown_current(memory, embedder):
+    """Lisbon, then Porto, then back to Lisbon: two Lisbon facts, one ended and one current; a
+    context shows the current one (the same statement is not a copy when one of them ended)."""
+    mem = memory(embedder=embedder, config=Config(tau_merge=0.99, tau_split=0.98))
+    mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=d)} for d, t in [
+        (0, "I live in Lisbon."), (1, "ok"), (60, "Big news: I moved to Porto!"), (61, "ok"),
+        (150, "Big news: I moved back to Lisbon!"), (151, "ok"), (152, "Leo here, welcome back.")]])
+    lisbon = [f for f in mem.facts(include_superseded=True) if f.stmt == "Maya lives in Lisbon"]
+    assert sorted(f.valid_to is None for f in lisbon) == [False, True]
+    ctx = mem.context("Where does Maya live?", budget_tokens=800)
+    shown = [(f.stmt, f.valid_to is None) for f in ctx.facts if f.kind == "core"]
+    assert ("Maya lives in Lisbon", True) in shown and ("Maya lives in Lisbon", False) in shown
+
+
+def test_the_chooser_sees_a_restated_fact_and_the_slots_values_however_far_their_vectors_lie(memory):
+    """``related`` for a subject holding twenty-five facts of a type, all nearer the candidate than
+    the two that matter: the one it states again (in other case, its vector elsewhere) and its
+    slot's earlier value (the oldest fact, its vector elsewhere) are both listed."""
+    from memsif_lite.core_facts import Candidate, CoreFactWriter, OfflineOperationChooser, OfflineFactExtractor
+
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Maya", "hello", at=T0)
+    db, dim = mem._db, FakeEmbedder().dim
+    near, far, farther = (np.eye(dim, dtype=np.float32)[i] for i in range(3))
+    with db.write():
+        def fact(stmt, slot, vec, day):
+            return db.facts.insert(subject="Maya", ftype="Identity", stmt=stmt, slot=slot, now="2024-12-01T00:00:00",
+                                   valid_from=f"2024-01-{day:02d}T00:00:00", origin="rule", vector=vec, message_ids=[1])
+        acme = fact("Maya works at Acme", "works at", far, 1)
+        said = fact("Maya loves Jazz Nights", None, farther, 2)
+        for i in range(25):
+            fact(f"Maya is from Town{i}", "is from", near, 3)
+    writer = CoreFactWriter(db, extractor=OfflineFactExtractor(FACTS_CONFIG.fact_schema),
+                            chooser=OfflineOperationChooser(),
+                            embed_passages=lambda texts: np.stack([near] * len(texts)))
+    with db.read():
+        move = Candidate("Maya", "Identity", "Maya works at Beta", (1,), "2024-02-01T00:00:00", "works at",
+                         change=True)
+        assert acme in [r.id for r in writer.related(move, near)]
+        again = Candidate("maya", "Identity", "Maya loves jazz nights.", (1,), "2024-02-01T00:00:00")
+        assert writer.related(again, near)[0].id == said
+        assert writer.decide(again).op.name == "merge" and writer.decide(again).op.target == said

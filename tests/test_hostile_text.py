@@ -97,7 +97,7 @@ def _route_everything(server: FakeLLMServer, hostile: str) -> None:
         prompts.TRAJECTORY_SYSTEM: '{"compatible": [1]}',
         prompts.TITLE_SYSTEM: json.dumps({"title": hostile[:100]}),
         prompts.EXTRACT_SYSTEM: lambda: json.dumps({"facts": [{"subject": "Mallory", "type": "Preference",
-                                                               "stmt": f"{hostile[:140]} {next(extracted)}",
+                                                               "stmt": f"{next(extracted)} {hostile[:150]}",
                                                                "lines": [1]}]}),
         prompts.OPERATION_SYSTEM: json.dumps({"op": "update", "target": 1, "stmt": hostile[:150]}),
         prompts.SUFFICIENCY_SYSTEM: '{"sufficient": false}',

@@ -51,6 +51,14 @@ class CoreFacts(Table):
             f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? "
             "ORDER BY id DESC LIMIT ?", (subject, ftype, limit))]
 
+    def current_stated(self, subject: str, ftype: str, stmt: str) -> list[FactRow]:
+        """Current facts with this subject (any case) and type whose statement is ``stmt`` but for
+        ASCII case and closing punctuation, oldest first: where an exact duplicate is looked for
+        before the nearest facts (a case variant may embed farther away than other statements)."""
+        return [FactRow(*r) for r in self.con.execute(
+            f"SELECT {_ROW} FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? "
+            "AND lower(rtrim(stmt, '.!? ')) = lower(rtrim(?, '.!? ')) ORDER BY id", (subject, ftype, stmt))]
+
     def current_in_slot(self, subject: str, ftype: str, slot: str) -> list[FactRow]:
         """Current facts with this subject (any case), type and slot, newest first (all of them:
         a slot holds a few values, whatever else the subject holds)."""
