@@ -13,7 +13,9 @@ type) and one operation is chosen:
   queryable for historical questions.
 
 A candidate that states a current fact again (same subject, type, normalised statement) is
-Merged into it, with or without an LLM (:func:`exact_duplicate`: no model is asked). Offline the
+Merged into it, with or without an LLM (:func:`exact_duplicate`: no model is asked) — unless it
+states a change of a slot that holds another value as well ("I moved back to Lisbon" while Lisbon
+and Porto are current): then the operation is chosen as for any change. Offline the
 operation is otherwise: Supersede when a slot (one kind of value: where someone lives, works *at*, works
 *as*, their name, age, diet, a favourite, one habit) gets a different value from a later message
 that states a change ("I moved to", "now", a new job, a promotion, "I stopped …", "again") —
@@ -154,8 +156,13 @@ ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
 def exact_duplicate(c: Candidate, related: Sequence[FactRow]) -> Operation | None:
     """A Merge into the first of ``related`` that states the candidate again (same subject and
-    type, the same statement but for case and punctuation); None when none does."""
+    type, the same statement but for case and punctuation); None when none does, and when the
+    candidate states a change of a slot that holds another value from before it ("I moved back to
+    Lisbon" while Lisbon and Porto are both current): that is a Supersede, which ends both."""
     key = normalise(c.stmt)
+    if c.change and c.slot and any(same_subject(r.subject, c.subject) and r.slot == c.slot and r.valid_from < c.at
+                                   and normalise(r.stmt) != key for r in related):
+        return None
     for r in related:
         if same_subject(r.subject, c.subject) and r.type == c.type and normalise(r.stmt) == key:
             return Operation("merge", r.id, r.stmt)

@@ -304,3 +304,20 @@ def test_the_chooser_sees_a_restated_fact_and_the_slots_values_however_far_their
         again = Candidate("maya", "Identity", "Maya loves jazz nights.", (1,), "2024-02-01T00:00:00")
         assert writer.related(again, near)[0].id == said
         assert writer.decide(again).op.name == "merge" and writer.decide(again).op.target == said
+
+
+def test_moving_back_ends_every_other_home_and_starts_the_old_one_again(memory):
+    """"I live in Lisbon", "I live in Porto" (a refinement: both current), then "I moved back to
+    Lisbon": not a merge into the current Lisbon (Porto would stay) but a Supersede: Lisbon holds
+    again from the move, both earlier homes end; forgetting the move puts them back."""
+    mem = memory(config=FACTS_CONFIG)
+    mem.add_many([{"speaker": "Maya", "text": t, "at": T0 + timedelta(days=d)} for d, t in [
+        (0, "I live in Lisbon."), (30, "I live in Porto."), (150, "Big news: I moved back to Lisbon!"),
+        (151, "ok")]] + [{"speaker": "Leo", "text": "Welcome back.", "at": T0 + timedelta(days=152)}])
+    homes = [f for f in mem.facts(include_superseded=True) if " lives in " in f.stmt]
+    current = [f for f in homes if f.valid_to is None]
+    assert [f.stmt for f in current] == ["Maya lives in Lisbon"] and current[0].message_ids == (3,)
+    assert sorted(f.stmt for f in homes if f.valid_to is not None) == ["Maya lives in Lisbon", "Maya lives in Porto"]
+    mem.forget(message_id=3)
+    assert sorted(f.stmt for f in mem.facts() if " lives in " in f.stmt) == ["Maya lives in Lisbon",
+                                                                             "Maya lives in Porto"]
