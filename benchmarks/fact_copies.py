@@ -77,7 +77,7 @@ def main() -> None:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--locomo", metavar="DIR", help="a LoCoMo folder (its conversations replicated --copies times)")
     src.add_argument("--memorybank", metavar="DIR", help="the MemoryBank folder (memory_bank_en.json)")
-    ap.add_argument("--copies", type=int, default=3)
+    ap.add_argument("--copies", type=int, default=3, help="with --locomo: how many times the conversations are said")
     ap.add_argument("--out", help="write the result as JSON here too")
     args = ap.parse_args()
     t0, c0 = time.perf_counter(), time.process_time()

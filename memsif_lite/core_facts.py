@@ -13,9 +13,10 @@ type) and one operation is chosen:
   queryable for historical questions.
 
 A candidate that states a current fact again (same subject, type, normalised statement) is
-Merged into it, with or without an LLM (:func:`exact_duplicate`: no model is asked) — unless it
-states a change of a slot that holds another value as well ("I moved back to Lisbon" while Lisbon
-and Porto are current): then the operation is chosen as for any change. Offline the
+Merged into it, with or without an LLM (:func:`exact_duplicate`: no model is asked) — or, when its
+subject said it as a change of a slot that holds another value as well ("I moved back to Lisbon"
+while Lisbon and Porto are current), Supersedes it, ending every earlier value of the slot; an
+LLM chooser's Add whose statement a current fact already states is a Merge into that fact. Offline the
 operation is otherwise: Supersede when a slot (one kind of value: where someone lives, works *at*, works
 *as*, their name, age, diet, a favourite, one habit) gets a different value from a later message
 that states a change ("I moved to", "now", a new job, a promotion, "I stopped …", "again") —
@@ -155,18 +156,21 @@ ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
 
 def exact_duplicate(c: Candidate, related: Sequence[FactRow]) -> Operation | None:
-    """A Merge into the first of ``related`` that states the candidate again (same subject and
-    type, the same statement but for case and punctuation); None when none does, and when the
-    candidate states a change of a slot that holds another value from before it ("I moved back to
-    Lisbon" while Lisbon and Porto are both current): that is a Supersede, which ends both."""
+    """For a candidate the first of ``related`` states again (same subject and type, the same
+    statement but for case and punctuation): a Merge into it — or, when the candidate states a
+    change of a slot that holds another value from before it ("I moved back to Lisbon" while
+    Lisbon and Porto are both current), a Supersede of it, which the slot's sweep
+    (:meth:`CoreFactWriter.apply`) extends to the other values. None when none states it."""
     key = normalise(c.stmt)
-    if c.change and c.slot and any(same_subject(r.subject, c.subject) and r.slot == c.slot and r.valid_from < c.at
-                                   and normalise(r.stmt) != key for r in related):
+    dup = next((r for r in related if same_subject(r.subject, c.subject) and r.type == c.type
+                and normalise(r.stmt) == key), None)
+    if dup is None:
         return None
-    for r in related:
-        if same_subject(r.subject, c.subject) and r.type == c.type and normalise(r.stmt) == key:
-            return Operation("merge", r.id, r.stmt)
-    return None
+    if c.change and c.slot and dup.valid_from < c.at and any(
+            same_subject(r.subject, c.subject) and r.type == c.type and r.slot == c.slot and r.valid_from < c.at
+            and normalise(r.stmt) != key for r in related):
+        return Operation("supersede", dup.id, c.stmt)
+    return Operation("merge", dup.id, dup.stmt)
 
 
 class OfflineOperationChooser:
@@ -279,6 +283,8 @@ class CoreFactWriter:
         duplicate = exact_duplicate(c, related)  # a current fact stated again: no model is asked
         if duplicate is not None:
             op = duplicate
+            if op.name != "merge" and not said_by_subject:  # only the subject's own word ends its facts
+                op = Operation("merge", op.target, next(r.stmt for r in related if r.id == op.target))
         elif not said_by_subject:
             op = offline.choose(c, related)
         else:
@@ -293,6 +299,12 @@ class CoreFactWriter:
                 log.warning("fact operation %s on fact %s refused: %r names what its messages do not say",
                             op.name, op.target, op.stmt)
                 op = offline.choose(c, related)
+            if op.name == "add" and normalise(op.stmt) != normalise(c.stmt):  # the model's wording may be held
+                held = [r for r in self.db.facts.current_stated(c.subject, c.type, op.stmt)
+                        if same_subject(r.subject, c.subject) and normalise(r.stmt) == normalise(op.stmt)]
+                if held:
+                    op = Operation("merge", held[0].id, held[0].stmt, by=op.by)
+                    related = [*related, held[0]]  # checked for changes before the write, as the others
         ends: list[FactRow] = []
         if said_by_subject and op.name in ("add", "supersede") and ends_any(c.subject, c.stmt, c.change, c.ends):
             # only the subject's own word ends its facts

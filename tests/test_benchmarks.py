@@ -194,12 +194,23 @@ def test_known_at_benchmark_shape(tmp_path):
 
 
 def test_fact_copies_counts_the_facts_a_replicated_conversation_leaves(tmp_path):
+    """A conversation in which Ana names twelve things she loves, said twice: each is one fact,
+    merged the second time (an older release kept a copy of each once she held ten)."""
+    loves = ["jazz", "ceramics", "chess", "sailing", "poetry", "tea", "maps", "cycling", "bread", "birds", "kites",
+             "rain"]
+    turns = []
+    for i, w in enumerate(loves):
+        turns += [{"speaker": "Ana", "dia_id": f"D1:{2 * i + 1}", "text": f"I love {w}."},
+                  {"speaker": "Ben", "dia_id": f"D1:{2 * i + 2}", "text": "Nice."}]
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
+                    "session_1": turns, "session_2_date_time": "10:05 am on 2 June, 2023",
+                    "session_2": [{"speaker": "Ben", "dia_id": "D2:1", "text": "Long time no see."}]}
     data = tmp_path / "data"
     data.mkdir()
-    (data / "locomo_tiny.json").write_text((FIXTURES / "locomo_tiny.json").read_text())
+    (data / "loves.json").write_text(json.dumps({"sample_id": "loves", "conversation": conversation, "qa": []}))
     out = tmp_path / "facts.json"
     _run(str(ROOT / "benchmarks" / "fact_copies.py"), "--locomo", str(data), "--copies", "2", "--out", str(out),
          cwd=tmp_path)
     res = json.loads(out.read_text())
     assert res["data"] == "locomo" and res["copies"] == 2 and res["machine"]
-    assert res["current_facts"] == res["distinct_statements"] == res["op_add"] > 0  # no copy kept
+    assert res["current_facts"] == res["distinct_statements"] == len(loves) and res["op_merge"] >= len(loves)

@@ -321,3 +321,33 @@ def test_moving_back_ends_every_other_home_and_starts_the_old_one_again(memory):
     mem.forget(message_id=3)
     assert sorted(f.stmt for f in mem.facts() if " lives in " in f.stmt) == ["Maya lives in Lisbon",
                                                                              "Maya lives in Porto"]
+
+
+@pytest.mark.parametrize("case", ["the held Lisbon has no slot", "the held Lisbon is dated after the move"])
+def test_a_restated_change_never_leaves_two_current_copies(memory, case):
+    """A move back to a value held already (one a model extracted, without a slot; or one dated
+    after the move, added out of order) leaves that value current once."""
+    from memsif_lite.core_facts import Candidate, CoreFactWriter, OfflineFactExtractor, OfflineOperationChooser
+
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Maya", "hello", at=T0)
+    db, emb = mem._db, FakeEmbedder()
+    late = case.endswith("after the move")
+    with db.write():
+        for stmt, slot, when in [("Maya lives in Porto", "lives in", "2024-01-30"),
+                                 ("Maya lives in Lisbon", "lives in" if late else None,
+                                  "2024-07-01" if late else "2024-01-01")]:
+            db.facts.insert(subject="Maya", ftype="Identity", stmt=stmt, slot=slot, now="2024-12-01T00:00:00",
+                            valid_from=f"{when}T00:00:00", origin="rule" if slot else "llm",
+                            vector=emb.embed([stmt], kind="passage")[0], message_ids=[1])
+    writer = CoreFactWriter(db, extractor=OfflineFactExtractor(FACTS_CONFIG.fact_schema),
+                            chooser=OfflineOperationChooser(),
+                            embed_passages=lambda texts: emb.embed(list(texts), kind="passage"))
+    move = Candidate("Maya", "Identity", "Maya lives in Lisbon", (1,), "2024-05-30T00:00:00", "lives in", change=True)
+    with db.read():
+        decision = writer.decide(move)
+    with db.write():
+        writer.apply(move, decision)
+    current = [f.stmt for f in mem.facts() if " lives in " in f.stmt]
+    assert current.count("Maya lives in Lisbon") == 1, current
+    assert current == ["Maya lives in Lisbon"] or late  # moved in May: Porto ends (out of order: a merge)

@@ -267,3 +267,52 @@ def test_a_fact_stated_again_is_merged_without_asking_the_model(memory, db, llm_
     asked = [r for r in llm_server.requests
              if "messages" in r and r["messages"][0]["content"] == prompts.OPERATION_SYSTEM]
     assert len(asked) == 1  # for "Maya loves jazz" only (the first fact had nothing to be compared with)
+
+
+def _moves(llm_server, operation: str) -> None:
+    llm_server.route({
+        prompts.BOUNDARY_SYSTEM: '{"continues": false}',
+        prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+        prompts.TITLE_SYSTEM: '{"title": "Home"}',
+        prompts.EXTRACT_SYSTEM: {"status": 500},  # the model fails: the offline extractor's candidates
+        prompts.OPERATION_SYSTEM: operation,
+    })
+
+
+@pytest.mark.parametrize("said_by", ["Maya", "Leo"])
+def test_moving_back_is_decided_by_the_rule_whatever_the_model_would_answer(memory, llm_server, said_by):
+    """Lisbon and Porto current, then "I moved back to Lisbon": a restated fact that states a change
+    of its slot Supersedes it and the slot's other value without asking the model (this one would
+    add a copy). Said by Leo, it is a fact about Leo: Maya's homes stay as they were."""
+    _moves(llm_server, '{"op": "add", "target": null}')
+    cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
+    t = datetime(2024, 1, 1, 9)
+    for d, who, text in [(0, "Maya", "I live in Lisbon."), (30, "Maya", "I live in Porto."),
+                         (150, said_by, "Big news: I moved back to Lisbon!"), (151, "Maya", "ok"),
+                         (152, "Zed", "Welcome back.")]:
+        mem.add(who, text, at=t + timedelta(days=d))
+    homes = {(f.subject, f.stmt, f.valid_to is None) for f in mem.facts(include_superseded=True)
+             if " lives in " in f.stmt}
+    if said_by == "Maya":
+        assert homes == {("Maya", "Maya lives in Lisbon", False), ("Maya", "Maya lives in Porto", False),
+                         ("Maya", "Maya lives in Lisbon", True)}
+        [now] = [f for f in mem.facts() if " lives in " in f.stmt]
+        assert now.message_ids == (3,)
+    else:  # Leo's words are a fact about Leo: Maya's homes are untouched
+        assert ("Maya", "Maya lives in Lisbon", True) in homes and ("Maya", "Maya lives in Porto", True) in homes
+        assert all(current for subject, _, current in homes if subject == "Maya")
+
+
+def test_a_models_add_in_words_a_current_fact_holds_is_a_merge(memory, llm_server):
+    """The model answers Add but words the fact as one the subject already holds: merged into it."""
+    _moves(llm_server, '{"op": "add", "target": null, "stmt": "Maya loves jazz"}')
+    cfg = Config(tau_split=0.98, tau_merge=0.99, sem_low=0.0, sem_high=1.0, llm_retries=0)
+    mem = memory(config=cfg, llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
+    t = datetime(2024, 1, 1, 9)
+    for d, text in [(0, "I love jazz."), (30, "I love jazz nights."), (31, "ok")]:
+        mem.add("Maya", text, at=t + timedelta(days=d))
+    mem.add("Zed", "bye", at=t + timedelta(days=32))
+    [f] = [f for f in mem.facts() if " loves " in f.stmt]
+    assert f.stmt == "Maya loves jazz" and f.message_ids == (1, 2)
+    assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
