@@ -16,7 +16,8 @@ A candidate that states a current fact again (same subject, type, normalised sta
 Merged into it, with or without an LLM (:func:`exact_duplicate`: no model is asked) — or, when its
 subject said it as a change of a slot that holds another value as well ("I moved back to Lisbon"
 while Lisbon and Porto are current), Supersedes it, ending every earlier value of the slot; an
-LLM chooser's Add whose statement a current fact already states is a Merge into that fact. Offline the
+LLM chooser's Add whose statement a current fact already states is a Merge into that fact (a
+Supersede of it, with what the change ends, when the candidate states a change). Offline the
 operation is otherwise: Supersede when a slot (one kind of value: where someone lives, works *at*, works
 *as*, their name, age, diet, a favourite, one habit) gets a different value from a later message
 that states a change ("I moved to", "now", a new job, a promotion, "I stopped …", "again") —
@@ -302,9 +303,13 @@ class CoreFactWriter:
             if op.name == "add" and normalise(op.stmt) != normalise(c.stmt):  # the model's wording may be held
                 held = [r for r in self.db.facts.current_stated(c.subject, c.type, op.stmt)
                         if same_subject(r.subject, c.subject) and normalise(r.stmt) == normalise(op.stmt)]
-                if held:
-                    op = Operation("merge", held[0].id, held[0].stmt, by=op.by)
-                    related = [*related, held[0]]  # checked for changes before the write, as the others
+                if held:  # a merge into it; a supersede of it when the candidate states a change (ends apply)
+                    h = held[0]
+                    change = (c.change or bool(c.ends)) and h.valid_from < c.at
+                    op = Operation("supersede", h.id, op.stmt, by=op.by) if change else \
+                        Operation("merge", h.id, h.stmt, by=op.by)
+                    if h.id not in {r.id for r in related}:
+                        related = [*related, h]  # checked for changes before the write, as the others
         ends: list[FactRow] = []
         if said_by_subject and op.name in ("add", "supersede") and ends_any(c.subject, c.stmt, c.change, c.ends):
             # only the subject's own word ends its facts

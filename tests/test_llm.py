@@ -316,3 +316,39 @@ def test_a_models_add_in_words_a_current_fact_holds_is_a_merge(memory, llm_serve
     [f] = [f for f in mem.facts() if " loves " in f.stmt]
     assert f.stmt == "Maya loves jazz" and f.message_ids == (1, 2)
     assert [e.op for e in mem.fact_history(f.id)] == ["add", "merge"]
+
+
+@pytest.mark.parametrize("held, candidate, worded, left", [
+    ([("Maya works at Acme", "works at", "2024-01-01"), ("Maya works at Beta", "works at", "2024-02-01")],
+     ("Maya works at Beta now", "works at", ("works at Acme",)), "Maya works at Beta", ["Maya works at Beta"]),
+    ([("Maya lives in Lisbon", "lives in", "2024-01-01"), ("Maya lives in Porto", "lives in", "2024-02-01")],
+     ("Maya lives in Lisbon again", "lives in", ()), "Maya lives in Lisbon", ["Maya lives in Lisbon"])])
+def test_a_models_add_in_held_words_still_ends_what_the_change_ends(memory, held, candidate, worded, left):
+    """A change whose model-worded Add is a fact already held supersedes that fact (no copy), and
+    what the change ends still ends: another job, the other home."""
+    from fakes import FakeEmbedder
+    from memsif_lite.core_facts import Candidate, CoreFactWriter, OfflineFactExtractor, Operation
+
+    class AddAs:
+        def choose(self, c, related):
+            return Operation("add", None, worded, by="llm:test")
+
+    cfg = Config(sem_low=0.0, sem_high=1.0, tau_merge=0.99, tau_split=0.98)
+    mem = memory(config=cfg)
+    mem.add("Maya", "hello", at=datetime(2024, 1, 1, 9))
+    db, emb = mem._db, FakeEmbedder()
+    with db.write():
+        for stmt, slot, when in held:
+            db.facts.insert(subject="Maya", ftype="Identity", stmt=stmt, slot=slot, now="2024-12-01T00:00:00",
+                            valid_from=f"{when}T00:00:00", origin="llm", vector=emb.embed([stmt], kind="passage")[0],
+                            message_ids=[1])
+    writer = CoreFactWriter(db, extractor=OfflineFactExtractor(cfg.fact_schema), chooser=AddAs(),
+                            embed_passages=lambda texts: emb.embed(list(texts), kind="passage"))
+    stmt, slot, ends = candidate
+    c = Candidate("Maya", "Identity", stmt, (1,), "2024-05-30T00:00:00", slot, origin="llm", change=True, ends=ends)
+    with db.read():
+        decision = writer.decide(c)
+    with db.write():
+        writer.apply(c, decision)
+    assert decision.op.name == "supersede" and decision.op.by == "llm:test"
+    assert sorted(f.stmt for f in mem.facts()) == left

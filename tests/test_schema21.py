@@ -25,19 +25,25 @@ def _facts(mem: Memory) -> list[tuple[str, bool, tuple[int, ...]]]:
 
 
 def test_the_lookups_are_index_searches(db):
+    """The SQL the two lookups run (traced) is answered from their indexes, in id order, no sort."""
     with Memory(db, embedder=FakeEmbedder(), config=CFG) as mem:
         _add(mem, 0, SAID)
         assert store.schema_version(mem._db.con) == store.latest_version() >= 21
         assert mem.check() == []
-    with raw(db) as con:
-        for sql, index in [
-            ("SELECT id FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? "
-             "AND lower(rtrim(stmt, '.!? ')) = lower(rtrim(?, '.!? ')) ORDER BY id", "core_facts_current_stated"),
-            ("SELECT id FROM core_facts WHERE valid_to IS NULL AND lower(subject)=lower(?) AND type=? AND slot=? "
-             "ORDER BY id DESC", "core_facts_current_slot")]:
-            args = ("Maya", "Identity", "lives in") if "slot" in index else ("Maya", "Preference", "Maya loves jazz")
+        con, facts = mem._db.con, mem._db.facts
+        for look, index in [(lambda: facts.current_stated("Maya", "Preference", "Maya loves jazz"),
+                             "core_facts_current_stated"),
+                            (lambda: facts.current_in_slot("Maya", "Identity", "lives in"), "core_facts_current_slot")]:
+            ran: list[tuple[str, tuple]] = []
+            con.exec_trace = lambda _cursor, sql, args, ran=ran: ran.append((sql, tuple(args or ()))) or True
+            try:
+                assert look()
+            finally:
+                con.exec_trace = None
+            [(sql, args)] = [r for r in ran if "core_facts" in r[0]]
             plan = " ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + sql, args))
-            assert f"USING INDEX {index}" in plan and "SCAN" not in plan, plan
+            assert f"USING INDEX {index}" in plan and "SCAN" not in plan and "TEMP B-TREE" not in plan, plan
+    with raw(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
