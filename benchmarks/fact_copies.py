@@ -9,7 +9,9 @@ one copy per ``add_many`` to one memory file, offline, with the bundled model. `
 DIR``: each MemoryBank user's ten days (the user's message, then the companion's reply, a minute
 apart) in a file of its own. Prints the current CoreFacts, how many distinct statements (subject
 and statement, any case) they hold — a fact kept twice is a copy — and each operation's count from
-the facts' history; ``--out F`` writes the same as JSON with the date and machine.
+the facts' history (``op_supersede``: facts ended); with ``--locomo``, also the CoreFacts the
+contexts of up to 50 of its questions show (1,000 tokens each) and how many distinct statements
+among them; ``--out F`` writes the same as JSON with the date and machine.
 """
 
 from __future__ import annotations
@@ -46,13 +48,18 @@ def _facts(path: Path) -> collections.Counter:
 def locomo(data: str, copies: int, folder: Path) -> collections.Counter:
     from scale import locomo_passages, replicate
 
-    turns, _, _ = locomo_passages(data)
+    turns, questions, _ = locomo_passages(data)
     msgs = replicate(turns, 0, copies * len(turns))
     path = folder / "locomo.db"
     with Memory(path) as mem:
         for i in range(copies):
             mem.add_many(msgs[i * len(turns):(i + 1) * len(turns)])
-    return _facts(path)
+        out = _facts(path)
+        for q in questions:  # what a context shows of them: a copy takes a place another fact could
+            shown = [f.stmt.lower() for f in mem.context(q, budget_tokens=1000).facts if f.kind == "core"]
+            out.update({"context_core_facts_shown": len(shown), "context_distinct_shown": len(set(shown)),
+                        "contexts": 1})
+    return out
 
 
 def memorybank(data: str, folder: Path) -> collections.Counter:
