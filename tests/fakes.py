@@ -235,27 +235,28 @@ def lives_in_reply(req: dict, title: str = "Moving") -> str:
             prompts.TITLE_SYSTEM: json.dumps({"title": title})}.get(system, "{}")
 
 
+def _downgrade(path: Path, script: str) -> None:
+    """Run one schema-undoing ``script`` (its own transaction) on the file at ``path``."""
+    con = apsw.Connection(str(path))
+    try:
+        con.execute(script)
+    finally:
+        con.close()
+
+
 def as_schema_20(path: Path) -> None:
     """Turn a file back into what schema 20 wrote (before sql/0021): no index of the current facts
     by statement or by slot."""
-    con = apsw.Connection(str(path))
-    try:
-        con.execute("BEGIN; DROP INDEX core_facts_current_stated; DROP INDEX core_facts_current_slot; "
-                    "PRAGMA user_version=20; COMMIT")
-    finally:
-        con.close()
+    _downgrade(path, "BEGIN; DROP INDEX core_facts_current_stated; DROP INDEX core_facts_current_slot; "
+                     "PRAGMA user_version=20; COMMIT")
 
 
 def as_schema_19(path: Path) -> None:
     """Turn a file back into what schema 19 wrote (before sql/0020 and sql/0021): messages_known_at
     on the record time's text."""
     as_schema_20(path)
-    con = apsw.Connection(str(path))
-    try:
-        con.execute("BEGIN; DROP INDEX messages_known_at; CREATE INDEX messages_known_at ON messages(known_at); "
-                    "PRAGMA user_version=19; COMMIT")
-    finally:
-        con.close()
+    _downgrade(path, "BEGIN; DROP INDEX messages_known_at; CREATE INDEX messages_known_at ON messages(known_at); "
+                     "PRAGMA user_version=19; COMMIT")
 
 
 def as_schema_18(path: Path, dim: int) -> None:
