@@ -156,18 +156,19 @@ class OperationChooser(Protocol):
 ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
 
-def exact_duplicate(c: Candidate, related: Sequence[FactRow]) -> Operation | None:
+def exact_duplicate(c: Candidate, related: Sequence[FactRow], *, may_end: bool = True) -> Operation | None:
     """For a candidate the first of ``related`` states again (same subject and type, the same
-    statement but for case and punctuation): a Merge into it — or, when the candidate states a
-    change of a slot that holds another value from before it ("I moved back to Lisbon" while
-    Lisbon and Porto are both current), a Supersede of it, which the slot's sweep
-    (:meth:`CoreFactWriter.apply`) extends to the other values. None when none states it."""
+    statement but for case and punctuation): a Merge into it — or, when ``may_end`` (its subject's
+    own word) and the candidate states a change of a slot that holds another value from before it
+    ("I moved back to Lisbon" while Lisbon and Porto are both current), a Supersede of it, which the
+    slot's sweep (:meth:`CoreFactWriter.apply`) extends to the other values. None when none states
+    it."""
     key = normalise(c.stmt)
     dup = next((r for r in related if same_subject(r.subject, c.subject) and r.type == c.type
                 and normalise(r.stmt) == key), None)
     if dup is None:
         return None
-    if c.change and c.slot and dup.valid_from < c.at and any(
+    if may_end and c.change and c.slot and dup.valid_from < c.at and any(
             same_subject(r.subject, c.subject) and r.type == c.type and r.slot == c.slot and r.valid_from < c.at
             and normalise(r.stmt) != key for r in related):
         return Operation("supersede", dup.id, c.stmt)
@@ -281,11 +282,10 @@ class CoreFactWriter:
         cited = self.db.messages.many(list(c.message_ids))
         said_by_subject = bool(c.message_ids) and all(m in cited and same_subject(cited[m].speaker, c.subject)
                                                       for m in c.message_ids)
-        duplicate = exact_duplicate(c, related)  # a current fact stated again: no model is asked
+        # a current fact stated again: no model is asked (only the subject's own word ends its facts)
+        duplicate = exact_duplicate(c, related, may_end=said_by_subject)
         if duplicate is not None:
             op = duplicate
-            if op.name != "merge" and not said_by_subject:  # only the subject's own word ends its facts
-                op = Operation("merge", op.target, next(r.stmt for r in related if r.id == op.target))
         elif not said_by_subject:
             op = offline.choose(c, related)
         else:
