@@ -371,6 +371,55 @@ def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, mo
     lists = cache._lists[:cache.size]
     assert np.array_equal(lists, np.sort(lists))  # list by list, the unlisted last
     assert np.array_equal(lists, cache._list_map.lookup(cache._ids[:cache.size]))
+    # the groups were placed by a helper thread beside the reads (two cores, as here); on one
+    # core each is placed at once: the same cache
+    monkeypatch.setattr(vector_cache, "_cores", lambda: 1)
+    alone = VectorCache(filled._db.con, filled._db.vectors.dim)
+    with filled._db.con:
+        alone._read_partition(alone._part.stamp())
+        assert alone._load_chunks()
+    for name in ("_ids", "_codes", "_lists"):
+        assert np.array_equal(getattr(alone, name)[:alone.size], getattr(cache, name)[:cache.size])
+
+
+def test_groups_are_placed_beside_the_reads_without_a_buffer_overwritten(monkeypatch):
+    """``_Placing``: a group read into a buffer is placed from it before the buffer is read into
+    again, however slow the placing (here the helper thread sleeps on each group); the groups are
+    placed in order; an error while placing is raised in the loading thread and stops the load."""
+    import time
+
+    from memsif_lite.db import vector_cache
+
+    monkeypatch.setattr(vector_cache, "_cores", lambda: 2)
+    placed: list[tuple[int, int, bytes]] = []
+    threads: set[str] = set()
+
+    def place(buf, a, b):
+        time.sleep(0.002)
+        threads.add(threading.current_thread().name)
+        placed.append((a, b, buf.tobytes()))
+
+    want = []
+    with vector_cache._Placing(place, 16, True) as placing:
+        for g in range(40):
+            buf = placing.buffer()[:8 + g % 8]
+            buf[:] = g
+            placing.put(buf, g, g + 1)
+            want.append((g, g + 1, bytes([g]) * len(buf)))
+    assert placed == want
+    assert threads == {"memsif-load"}
+
+    def failing(buf, a, b):
+        if a == 3:
+            raise ValueError("a chunk of an unexpected shape")
+    got = []
+    with pytest.raises(ValueError, match="unexpected shape"):
+        with vector_cache._Placing(failing, 4, True) as placing:
+            for g in range(50):
+                placing.buffer()
+                placing.put(placing.buffer()[:4], g, g + 1)
+                got.append(g)
+    assert len(got) < 50  # stopped once the error was seen, not after reading every group
 
 
 def test_inverse_norms_are_computed_by_the_searches_that_scan_them(filled, monkeypatch):
