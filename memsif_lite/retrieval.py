@@ -4,6 +4,7 @@ at the level of messages, Topical Segments or Event Trajectories."""
 from __future__ import annotations
 
 import re
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -133,14 +134,35 @@ class Retriever:
     def _fused(self, qvec: np.ndarray, query: str, depth: int, flt: MessageFilter | None,
                units: Sequence[tuple[str, int]] = ()) -> tuple[dict[int, float], dict[str, list[int]]]:
         """:meth:`fused`, and the dense ranking of each ``(level, depth)`` of ``units``, unfiltered,
-        scanned while the BM25 query runs when the two are overlapped (with a filter: none)."""
+        scanned while the BM25 query runs when the two are overlapped (with a filter: none). The
+        unit caches are brought up to the read snapshot (SQL: their load, at the first query after
+        opening) by the thread that then runs the BM25 query, while the other one scans the
+        message vectors (numpy: at the first query, computing their inverse norms too); each
+        unit ranking waits for that, and a level whose cache cannot answer is left out (the
+        caller asks :meth:`_unit_dense`)."""
         if flt is not None:
             return rrf(self.dense(qvec, depth, flt), self.bm25(query, depth, flt)), {}
-        prepared = {lv: self.db.structure.prepared_dense(lv, qvec, d) for lv, d in units}
-        ready = [(lv, f) for lv, f in prepared.items() if f is not None]
-        hits, words, ranked = self.db.messages.nearest_beside(qvec, depth, lambda: self.bm25(query, depth),
-                                                              [f for _, f in ready])
-        return rrf([m for m, _ in hits], words), {lv: r for (lv, _), r in zip(ready, ranked, strict=True)}
+        prepared: dict[str, Callable[[], list[int]] | None] = {}
+        ready = threading.Event()
+
+        def prepare_then_bm25() -> list[int]:
+            try:
+                for lv, d in units:
+                    prepared[lv] = self.db.structure.prepared_dense(lv, qvec, d)
+            finally:
+                ready.set()
+            return self.bm25(query, depth)
+
+        def unit_ranking(level: str) -> Callable[[], list[int] | None]:
+            def rank() -> list[int] | None:
+                ready.wait()
+                f = prepared.get(level)
+                return None if f is None else f()
+            return rank
+        hits, words, ranked = self.db.messages.nearest_beside(qvec, depth, prepare_then_bm25,
+                                                              [unit_ranking(lv) for lv, _ in units])
+        return rrf([m for m, _ in hits], words), {lv: r for (lv, _), r in zip(units, ranked, strict=True)
+                                                   if r is not None}
 
     def _unit_dense(self, level: str, qvec: np.ndarray, depth: int, flt: MessageFilter | None) -> list[int]:
         if flt is None:

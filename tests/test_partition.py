@@ -512,6 +512,52 @@ def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeyp
     assert during == {"segment_vec": True, "trajectory_vec": True}
 
 
+def test_the_first_context_loads_the_unit_caches_beside_the_message_scan(filled, memory, monkeypatch):
+    """At the first ``context`` after opening, the segment and trajectory caches are loaded (SQL)
+    by the second thread, before its BM25 query, while the caller's thread scores the message
+    cache (its first scan computes inverse norms); the context is the serial one. A failure
+    there is raised in the caller's thread, which does not wait for ever on the unit rankings."""
+    ask = "t3w0 t3w2 x21 Ana"
+    monkeypatch.setattr(partition, "MIN_ROWS", 10**9)
+    serial = filled.context(ask, budget_tokens=300).text
+    filled.close()
+    monkeypatch.setattr(partition, "MIN_ROWS", 500)
+    units = ("segment_vec", "trajectory_vec")
+    loaded = {t: threading.Event() for t in units}
+    where: dict[str, str] = {}
+    serial_sync, serial_search = VectorCache._sync_rows, VectorCache.search
+
+    def sync_rows(self, full):
+        got = serial_sync(self, full)
+        if self.table in loaded and full:
+            where[self.table] = threading.current_thread().name
+            loaded[self.table].set()
+        return got
+
+    def search(self, *a, **k):
+        if self.table == "message_vec":  # the caller's thread: slow until the unit caches are loaded (or 3 s)
+            for e in loaded.values():
+                e.wait(timeout=3)
+        return serial_search(self, *a, **k)
+
+    monkeypatch.setattr(VectorCache, "_sync_rows", sync_rows)
+    monkeypatch.setattr(VectorCache, "search", search)
+    mem = memory()
+    assert mem.context(ask, budget_tokens=300).text == serial
+    assert where == {t: "memsif-beside" for t in units}
+    mem.close()
+
+    from memsif_lite.db.structure import Structure
+
+    def broken(self, level, *a):
+        raise apsw.IOError("the segment cache could not be read")
+    monkeypatch.setattr(Structure, "prepared_dense", broken)
+    mem = memory()
+    with pytest.raises(Exception, match="could not be read"):
+        mem.context(ask, budget_tokens=300)
+    mem.close()
+
+
 def test_a_prepared_unit_scan_is_the_dense_ranking_and_only_inside_a_snapshot(filled):
     """``Structure.prepared_dense``: outside a read snapshot none (the two steps would read two
     states of the file); inside one, the same ranking as ``Structure.dense``."""
