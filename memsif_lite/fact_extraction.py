@@ -45,7 +45,7 @@ from .entities import normalise
 from .fact_changes import LIGHT, stem
 from .timeutil import from_stored, local_time, stated_times, to_stored
 
-__all__ = ["Candidate", "extract_offline", "stated_starts"]
+__all__ = ["Candidate", "extract_offline", "stated_starts", "typed_plainly"]
 
 _STOP_AT = re.compile(r"\s+(?:and|but|because|so|which|who|since|when|while|although|though|if)\s+|[,;:()\"]|\s+-\s+"
                       r"|\s+(?:last|next|this|yesterday|today|tomorrow|ago|recently|now|soon|anymore|again)\b")
@@ -63,7 +63,11 @@ _TIME_TAIL = re.compile(r"(?:\s+(?:for|about|almost|over|nearly))?(?:\s+(?:\d+|a
                         r"eight|nine|ten|a few|a couple of|several|many))?\s+(?:years?|months?|weeks?|days?)$", re.I)
 _DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
-_FILLER_TAIL = re.compile(r"\s+(?:either|too|as well|also|anyway|though|lol|haha)$", re.I)
+_FILLER_TAIL = re.compile(r"\s+(?:either|too|as well|also|anyway|though|lol|haha|btw|tbh|fyi|ngl|imo)$", re.I)
+#: emoji and other pictographs (with their joiners and variation selectors) ending a phrase
+_SYMBOL_TAIL = re.compile("[\\s\u2600-\u27bf\u2b00-\u2bff\ufe0f\u200d\U0001f000-\U0001faff]+$")
+#: what follows "I'm going to" when it names where, not what: a determiner
+_GOING_TO = frozenset("the a an my our his her their some".split())
 _ABBREV = re.compile(r"\b(?:St|Dr|Mr|Mrs|Ms|Prof|Mt|Jr|Sr|vs|etc|e\.g|i\.e)\.$")
 _WHEN = re.compile(rf"\b(?:tomorrow|tonight|(?:next|this) (?:week|weekend|month|year|{_DAYS})|on (?:{_DAYS})|"
                    rf"in (?:{_MONTHS})|on \d{{1,2}}(?:st|nd|rd|th)? (?:{_MONTHS})|in \d{{4}})\b", re.I)
@@ -199,7 +203,8 @@ _TABLE: list[tuple[Any, ...]] = [
     ("Relation", None, re.compile(rf"\b[Mm]y ({_RELATIONS}) (?:(?:is )?(?:named|called) )?([A-Z][a-z]+)\b"),
      lambda s, m, d: f"{s} has a {m.group(1).lower()} named {_name(m.group(2))}", False),
     ("Event", None, re.compile(rf"\b(I|[Ww]e|[Mm]y (?:{_RELATIONS})) (?:just |recently |finally )?({_FAMILY_EVENT})\b"),
-     lambda s, m, d: f"{_who(s, m.group(1))} {_family(m.group(2))} (around {d})", False),
+     lambda s, m, d: (_CUT if m.group(1).lower() in ("i", "we") and m.group(2).endswith("born")  # their own birth:
+                      else f"{_who(s, m.group(1))} {_family(m.group(2))} (around {d})"), False),  # not of today
     ("Preference", None,
      re.compile(r"\bI (?:really |absolutely |just |truly )?(love|like|enjoy|adore|hate|dislike|prefer) ([^.!?]+)"),
      lambda s, m, d: f"{s} {_verb3(m.group(1))} {_obj(m.group(2))}", False),
@@ -245,7 +250,7 @@ _TABLE: list[tuple[Any, ...]] = [
                 r"bought|won|ran|completed|launched|published|(?:started|quit)(?! [a-z]+ing\b)) ([^.!?]+)"),
      lambda s, m, d: f"{s} {m.group(1)} {_obj(m.group(2))} (around {d})", False),
     ("Event", None, _PLAN,
-     lambda s, m, d: f"{s} plans to {_plan(m.group(1) or m.group(2))}", False),
+     lambda s, m, d: f"{s} plans to {_plan(m.group(1) or m.group(2), going=' going to ' in m.group(0))}", False),
 ]
 _RULES = [_Rule(*r) for r in _TABLE]
 
@@ -254,19 +259,23 @@ def _obj(text: str, max_words: int = 8) -> str:
     """The object phrase up to a clause boundary; "" when it is cut mid-phrase or too long (so
     the statement is dropped rather than stored truncated)."""
     head = _STOP_AT.split(text.strip(), maxsplit=1)[0].strip().rstrip(" '\"")
-    head = _FILLER_TAIL.sub("", _TIME_TAIL.sub("", head)).strip()
+    head = _FILLER_TAIL.sub("", _TIME_TAIL.sub("", _SYMBOL_TAIL.sub("", head))).strip()
     words = head.split()
     if not words or len(words) > max_words or words[-1].lower() in _DANGLING:
         return _CUT
     return _third_person(" ".join(words))
 
 
-def _plan(text: str) -> str:
-    head = _PLAN_STOP.split(text.strip(), maxsplit=1)[0].strip()
+def _plan(text: str, going: bool = False) -> str:
+    """What a plan is to do; ``going``: said as "I'm going to …", where a place or a thing
+    ("Paris", "the beach") is where the speaker is going, not what they will do."""
+    head = _SYMBOL_TAIL.sub("", _PLAN_STOP.split(text.strip(), maxsplit=1)[0].strip())
     words = head.split()
     if (not words or len(words) > 12 or words[-1].lower() in _DANGLING or _VAGUE.search(head)
             or not _WHEN.search(head)):
         return _CUT
+    if going and (words[0][:1].isupper() or words[0].lower() in _GOING_TO):
+        head = "go to " + head
     return _third_person(head)
 
 
@@ -319,10 +328,32 @@ def _verb_phrase(text: str) -> str:
     return f"{_verb3(verb)} {rest}".strip()
 
 
+#: apostrophes as phones and word processors type them (’ ‘ ʼ ´ ` ＇): the rules read "'"
+_APOSTROPHES = re.compile("[\u2019\u2018\u02bc\u00b4`\uff07]")
+#: "i" as a word ("i live in Porto", "i'm", "i've"), not "i.e."
+_LOWER_I = re.compile(r"(?<![\w'])i(?=['\s,;:!?)]|$)")
+#: contractions typed without their apostrophe in chat; "im" and "Im", not "IM" (a message)
+_BARE = {"im": "I'm", "ive": "I've", "dont": "don't", "cant": "can't", "didnt": "didn't", "doesnt": "doesn't",
+         "isnt": "isn't", "wasnt": "wasn't", "arent": "aren't", "werent": "weren't", "havent": "haven't",
+         "hasnt": "hasn't", "wont": "won't"}
+_BARE_WORD = re.compile(r"(?<![\w'])(?:(" + "|".join(_BARE) + r")|(Im))(?![\w'])")
+
+
+def typed_plainly(text: str) -> str:
+    """A message as the rules read it: the typography of phones and chat made plain — curly
+    apostrophes and quotes straight, "i" as a word capitalised, "im", "ive", "dont", "cant"… with
+    their apostrophe. Real chat types "I’m allergic to peanuts" (the default of phone keyboards)
+    or "im allergic to peanuts"; the rules, written for "I'm", found nothing in either."""
+    text = _APOSTROPHES.sub("'", text).replace("\u201c", '"').replace("\u201d", '"')
+    text = _BARE_WORD.sub(lambda m: _BARE[(m.group(1) or m.group(2)).lower()], text)
+    return _LOWER_I.sub("I", text)
+
+
 def _sentences(text: str) -> list[str]:
-    """Sentences (and lines) of a message; "St. Mary's" does not end one."""
+    """Sentences (and lines) of a message, typed plainly (:func:`typed_plainly`); "St. Mary's"
+    does not end one."""
     out: list[str] = []
-    for piece in re.split(r"(?<=[.!?])\s+|\n", text):
+    for piece in re.split(r"(?<=[.!?])\s+|\n", typed_plainly(text)):
         if out and _ABBREV.search(out[-1]):
             out[-1] = f"{out[-1]} {piece}"
         else:
