@@ -8,12 +8,14 @@ import json
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import FIXTURES
 from fakes import FakeEmbedder
 from memsif_lite import Config, Memory
 from memsif_lite.config import DEFAULT_FACT_SCHEMA
-from memsif_lite.fact_extraction import extract_offline
+from memsif_lite.fact_extraction import extract_offline, typed_plainly
 from memsif_lite.db.rows import MessageRow
 
 LABELLED = json.loads((FIXTURES / "facts_labelled.json").read_text(encoding="utf-8"))["conversations"]
@@ -67,3 +69,25 @@ def test_a_neighbourhood_refines_a_city_it_does_not_replace_it(tmp_path):
         mem.add("Closer", "Another closing remark about trains.", at="2025-03-01T00:00:00")
         lives = {f.stmt for f in mem.facts() if " lives in " in f.stmt}
     assert lives == {"Nora lives in Utrecht"}
+
+
+@given(st.text())
+def test_plain_typing_is_plain_already(text):
+    """``typed_plainly`` once is enough: what it returns it leaves as it is."""
+    once = typed_plainly(text)
+    assert typed_plainly(once) == once
+
+
+@pytest.mark.parametrize(("typed", "plain"), [
+    ("I’m allergic to nuts", "I'm allergic to nuts"), ("im allergic to nuts", "I'm allergic to nuts"),
+    ("Im in Porto", "I'm in Porto"), ("i dont eat meat", "I don't eat meat"), ("i’ve got a dog", "I've got a dog"),
+    ("she said “yes”", 'she said "yes"'), ("i cant and i wont", "I can't and I won't"), ("me and i, too", "me and I, too"),
+    ("i", "I"), ("Ana‘s ʼ ´ `", "Ana's ' ' '")])
+def test_phone_and_chat_typing_made_plain(typed, plain):
+    assert typed_plainly(typed) == plain
+
+
+@pytest.mark.parametrize("text", ["i.e. this one", "Jony Ive designed it", "IM me later", "imagine it", "Ivy and Jim",
+                                  "I'm fine, don't worry", "dontcha know", "the item is in", "pi is 3.14", "Wi-Fi"])
+def test_text_typed_plainly_is_left_as_it_is(text):
+    assert typed_plainly(text) == text
