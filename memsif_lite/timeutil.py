@@ -139,12 +139,30 @@ def parse_locomo_date(s: str) -> datetime:
 
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+#: time words as chat spells them, each read as the word it stands for ("tmrw", "last wk", "next
+#: tues"); not "sat", "sun" or "wed" (words of their own), nor "this yr" ("is this yr car?")
+_CHAT_TIME = {"tmrw": "tomorrow", "tmr": "tomorrow", "tmrow": "tomorrow", "2moro": "tomorrow", "2morrow": "tomorrow",
+              "tomorow": "tomorrow", "tommorow": "tomorrow", "tommorrow": "tomorrow", "yday": "yesterday",
+              "tonite": "tonight", "2nite": "tonight", "nite": "night", "wk": "week", "wknd": "weekend",
+              "wkend": "weekend", "yr": "year", "mon": "monday", "tue": "tuesday", "tues": "tuesday",
+              "weds": "wednesday", "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday"}
+_TOMORROW = "tomorrow|tmrw|tmr|tmrow|2moro|2morrow|tomorow|tommorow|tommorrow"
+_DAY_NAMES = "|".join(_WEEKDAYS) + "|mon|tues?|weds|thu(?:rs?)?|fri"
+_UNITS = r"(day|week|wk|month|year|yr)s?"
 _REL = re.compile(
-    r"\b(yesterday|today|tonight|tomorrow|(?:last|next|this) (?:week|weekend|month|year|"
-    + "|".join(_WEEKDAYS)
-    + r")|(\d+|a|an|one|two|three|four|five|six|a few|a couple of) (day|week|month|year)s? ago)\b",
+    rf"\b(yesterday|yday|today|tonight|tonite|2nite|{_TOMORROW}|"
+    rf"(?:last|next|this) (?:week|wk|weekend|wknd|wkend|month|year|{_DAY_NAMES})|(?:last|next) yr|"
+    rf"(\d+|a|an|one|two|three|four|five|six|a few|few|a couple of|a couple|couple of|couple) {_UNITS} ago)\b",
     re.IGNORECASE)
-_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "a couple of": 2}
+_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3,
+        "a couple of": 2, "a couple": 2, "couple of": 2, "couple": 2}
+#: counts that are only about so many ("a few days ago" ≈)
+_VAGUE_COUNTS = frozenset({"a few", "few", "a couple of", "a couple", "couple of", "couple"})
+
+
+def _plain_time(phrase: str) -> str:
+    """A time phrase with chat's spellings read as the words they stand for ("last wk" → "last week")."""
+    return " ".join(_CHAT_TIME.get(w, w) for w in phrase.lower().split())
 
 
 def day_label(dt: datetime) -> str:
@@ -181,7 +199,7 @@ def relative_notes(text: str, said_at: datetime) -> list[str]:
 
 def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
     """The day (or span) one relative expression names, and whether it is approximate."""
-    phrase = m.group(0).lower()
+    phrase = _plain_time(m.group(0))
     d = said_at
     approx = False
     if phrase == "yesterday":
@@ -192,9 +210,9 @@ def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
         target = day_label(d + timedelta(days=1))
     elif m.group(2):
         n = _NUM.get(m.group(2).lower()) or int(m.group(2))
-        unit = m.group(3).lower()
+        unit = _plain_time(m.group(3))
         days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
-        approx = unit != "day" or m.group(2).lower() in ("a few", "a couple of")
+        approx = unit != "day" or m.group(2).lower() in _VAGUE_COUNTS
         target = day_label(d - timedelta(days=days))
     else:
         which, what = phrase.split(" ", 1)
@@ -221,8 +239,8 @@ def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
 
 
 _PAST = re.compile(
-    r"\b(yesterday|last night|last (?:week|weekend|month|year|" + "|".join(_WEEKDAYS) + r")|"
-    r"(\d+|a|an|one|two|three|four|five|six|a few|a couple of) (day|week|month|year)s? ago|"
+    rf"\b(yesterday|yday|last (?:night|nite)|last (?:week|wk|weekend|wknd|wkend|month|year|yr|{_DAY_NAMES})|"
+    rf"(\d+|a|an|one|two|three|four|five|six|a few|few|a couple of|a couple|couple of|couple) {_UNITS} ago|"
     r"in (" + "|".join(_MONTHS) + r")(?:,? (\d{4}))?)\b", re.IGNORECASE)
 
 
@@ -245,12 +263,12 @@ def stated_times(text: str, said_at: datetime) -> list[tuple[int, int, datetime,
 
 
 def _past(m: re.Match[str], d: datetime) -> tuple[datetime, str] | None:
-    phrase = m.group(1).lower()
+    phrase = _plain_time(m.group(1))
     if phrase in ("yesterday", "last night"):
         return d - timedelta(days=1), "day"
     if m.group(2):
         n = _NUM.get(m.group(2).lower()) or int(m.group(2))
-        unit = m.group(3).lower()
+        unit = _plain_time(m.group(3))
         back = d - timedelta(days={"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n)
         return back, {"month": "month", "year": "year"}.get(unit, "day")
     if m.group(4):

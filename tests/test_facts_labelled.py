@@ -81,8 +81,8 @@ def test_plain_typing_is_plain_already(text):
 @pytest.mark.parametrize(("typed", "plain"), [
     ("I’m allergic to nuts", "I'm allergic to nuts"), ("im allergic to nuts", "I'm allergic to nuts"),
     ("Im in Porto", "I'm in Porto"), ("i dont eat meat", "I don't eat meat"), ("i’ve got a dog", "I've got a dog"),
-    ("she said “yes”", 'she said "yes"'), ("i cant and i wont", "I can't and I won't"), ("me and i, too", "me and I, too"),
-    ("i", "I"), ("Ana‘s ʼ ´ `", "Ana's ' ' '")])
+    ("she said “yes”", 'she said "yes"'), ("i cant and i wont", "I can't and I won't"),
+    ("me and i, too", "me and I, too"), ("i", "I"), ("Ana‘s ʼ ´ `", "Ana's ' ' '")])
 def test_phone_and_chat_typing_made_plain(typed, plain):
     assert typed_plainly(typed) == plain
 

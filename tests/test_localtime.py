@@ -36,6 +36,26 @@ def test_relative_expressions_resolve_on_the_local_date(at, text, expected):
     assert _notes(text, at) == [expected]
 
 
+@pytest.mark.parametrize("text, expected", [
+    # chat spells time words its own way: each is read as the word it stands for (said Mon 6 May 2024)
+    ("see u tmrw", '"tmrw" = Tue 7 May 2024'), ("c u tmr!", '"tmr" = Tue 7 May 2024'),
+    ("see you tomorow", '"tomorow" = Tue 7 May 2024'), ("saw her yday", '"yday" = Sun 5 May 2024'),
+    ("party tonite", '"tonite" = Mon 6 May 2024'), ("last wk was crazy", '"last wk" = the week of Mon 29 Apr 2024'),
+    ("next wknd?", '"next wknd" = Sat 11 May 2024 – Sun 12 May 2024'),
+    ("dentist next tues at 3", '"next tues" = Tue 7 May 2024'), ("last thurs", '"last thurs" = Thu 2 May 2024'),
+    ("next fri", '"next fri" = Fri 10 May 2024'), ("2 wks ago", '"2 wks ago" ≈ Mon 22 Apr 2024'),
+    ("couple days ago", '"couple days ago" ≈ Sat 4 May 2024'), ("last yr", '"last yr" = 2023'),
+])
+def test_chat_spellings_of_time_words_resolve_too(text, expected):
+    assert _notes(text, "2024-05-06T10:00:00") == [expected]
+
+
+@pytest.mark.parametrize("text", ["is this yr car?", "I sat in the sun last sat", "we wed in June", "hi mon",
+                                  "fri-day"])
+def test_words_that_only_look_like_chat_time_words_name_no_day(text):
+    assert _notes(text, "2024-05-06T10:00:00") == []
+
+
 def test_utc_offsets():
     assert utc_offset_min("2024-05-06T00:30:00+02:00") == 120
     assert utc_offset_min("2024-05-06T00:30:00Z") == 0
