@@ -202,6 +202,10 @@ _TABLE: list[tuple[Any, ...]] = [
      lambda s, m, d: f"{s} was diagnosed with {_obj(m.group(1))} (around {d})", False),
     ("Relation", None, re.compile(rf"\b[Mm]y ({_RELATIONS}) (?:(?:is )?(?:named|called) )?([A-Z][a-z]+)\b"),
      lambda s, m, d: f"{s} has a {m.group(1).lower()} named {_name(m.group(2))}", False),
+    ("Relation", None, re.compile(rf"\b[Mm]y ({_RELATIONS})'s name is ([A-Z][a-z]+)\b|"
+                                  rf"\bI(?: have|'ve got| have got| got)? (?:a|an|two|three) "
+                                  rf"(?:new |little |baby |big )?({_RELATIONS}) (?:named|called) ([A-Z][a-z]+)\b"),
+     lambda s, m, d: f"{s} has a {(m.group(1) or m.group(3)).lower()} named {_name(m.group(2) or m.group(4))}", False),
     ("Event", None, re.compile(rf"\b(I|[Ww]e|[Mm]y (?:{_RELATIONS})) (?:just |recently |finally )?({_FAMILY_EVENT})\b"),
      lambda s, m, d: (_CUT if m.group(1).lower() in ("i", "we") and m.group(2).endswith("born")  # their own birth:
                       else f"{_who(s, m.group(1))} {_family(m.group(2))} (around {d})"), False),  # not of today
