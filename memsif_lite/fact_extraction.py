@@ -1,7 +1,8 @@
 """The offline CoreFact extractor (paper §3.3, without an LLM): candidates
 ``<subject, type, stmt, meta>`` from the clearest first-person statements of a closed segment.
 
-The offline extractor only turns first-person sentences of these shapes into facts, precision
+The offline extractor only turns first-person sentences of these shapes into facts, read as a
+phone or a chat app types them too (:func:`typed_plainly`: "I’m", "im", "i dont"), precision
 first: a statement whose object would be cut mid-phrase (too long, ending in "like our", a
 trailing "three years") is dropped, never stored truncated; first-person words inside the object
 become third-person ("my parents" → "their parents"); the subject is the speaker:
@@ -11,7 +12,8 @@ become third-person ("my parents" → "their parents"); the subject is the speak
   I'm N years old / I'm vegetarian|vegan / I went|switched to vegan / I'm allergic to X / I have a
   X allergy / I don't|can't eat X / I have diabetes|asthma… / I'm lactose intolerant|diabetic|
   pregnant"
-* Relation: "my sister|brother|mom|dad|wife|husband|partner|son|daughter|friend|dog|cat… (named) X"
+* Relation: "my sister|brother|mom|dad|wife|husband|partner|son|daughter|friend|dog|cat… (named) X",
+  "I have|I've got a dog… named X", "my dog's name is X"
 * Preference: "I love|like|enjoy|adore|hate|prefer X", "my favourite K is X"
 * Event: "I adopted|started|finished|joined|signed|visited|graduated|bought|won|ran|completed|
   quit|launched|published X", "I was diagnosed with X", family events ("my sister got married",
