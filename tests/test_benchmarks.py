@@ -214,3 +214,23 @@ def test_fact_copies_counts_the_facts_a_replicated_conversation_leaves(tmp_path)
     res = json.loads(out.read_text())
     assert res["data"] == "locomo" and res["copies"] == 2 and res["machine"]
     assert res["current_facts"] == res["distinct_statements"] == len(loves) and res["op_merge"] >= len(loves)
+
+
+def test_chat_typing_finds_the_facts_of_a_conversation_however_it_is_typed(tmp_path):
+    """A LoCoMo-format conversation whose facts are said with straight apostrophes: retyped as a
+    phone (’) and as chat ("im", "i"), every statement is still found and none is new."""
+    turns = [{"speaker": "Ana", "dia_id": "D1:1", "text": "I'm allergic to peanuts."},
+             {"speaker": "Ben", "dia_id": "D1:2", "text": "I don't eat pork."},
+             {"speaker": "Ana", "dia_id": "D1:3", "text": "I live in Porto, I love jazz."},
+             {"speaker": "Ben", "dia_id": "D1:4", "text": "I'm vegetarian now."}]
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
+                    "session_1": turns}
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "typed.json").write_text(json.dumps({"sample_id": "typed", "conversation": conversation, "qa": []}))
+    out = tmp_path / "typing.json"
+    _run(str(ROOT / "benchmarks" / "chat_typing.py"), "--locomo", str(data), "--out", str(out), cwd=tmp_path)
+    res = json.loads(out.read_text())["locomo"]
+    assert res["statements_as_written"] == 5 and res["messages"] == 4
+    for form in ("phone", "chat"):
+        assert res[form] == {"statements": 5, "kept": 1.0, "new": 0}
