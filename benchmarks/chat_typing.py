@@ -9,14 +9,19 @@ retypes it two ways, deterministically:
 
 * ``phone``: every ' as ’ (what iOS and Android keyboards type by default);
 * ``chat``: the contractions of "I" and of "not" without their apostrophe ("im", "ive", "dont",
-  "cant", "didnt"…), and "I" as a word in lowercase — only those, so that what the extractor
-  could find stays the same.
+  "cant", "didnt"…), "I" as a word in lowercase, and time words as chat spells them ("yday",
+  "tmrw", "tonite", "2 wks ago", "last wk", "next wknd") — only those, so that what the extractor
+  could find stays the same. These are the forms ``fact_extraction.typed_plainly`` reads back:
+  what the tree before found in them is the measure; that the tree after finds everything is
+  what it was built for (a check, not a discovery). Chat's other ways (a capital "Dont" opening
+  a message, no punctuation, typos, lowercase names) are not retyped here: ``chatify.py`` and
+  ``locomo.py`` measure their cost on recall.
 
 For each form it runs the offline extractor (``extract_offline``, per conversation: every message
-of a speaker's conversation at once) and compares the statements (subject and statement,
-lowercase, without their trailing date) with those of the messages as written: ``kept`` is the
-share of those still found, ``new`` the statements found only in the retyped form (a rule that
-now fires on text the original did not have: each is printed). ``--out F`` writes the counts as
+of a speaker's conversation at once) and compares the statements (subject and statement with its
+date, lowercase) with those of the messages as written: ``kept`` is the share of those still found,
+``new`` the statements found only in the retyped form (a rule that now fires on text the original
+did not have, or the same fact dated otherwise: each is printed). ``--out F`` writes the counts as
 JSON with the date and machine.
 """
 
@@ -42,6 +47,9 @@ _CHAT = {"i'm": "im", "i've": "ive", "don't": "dont", "can't": "cant", "didn't":
          "hasn't": "hasnt", "won't": "wont"}
 _CHAT_WORD = re.compile(r"(?<![\w'])(" + "|".join(re.escape(k) for k in _CHAT) + r")(?![\w'])", re.I)
 _I = re.compile(r"(?<![\w'])I(?=['\s,;:!?)]|$)")
+_TIME = {"yesterday": "yday", "tomorrow": "tmrw", "tonight": "tonite", "weeks ago": "wks ago", "years ago": "yrs ago",
+         "last week": "last wk", "next week": "next wk", "next weekend": "next wknd", "last weekend": "last wknd"}
+_TIME_WORD = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(_TIME, key=len, reverse=True)) + r")\b", re.I)
 
 
 def phone(text: str) -> str:
@@ -49,11 +57,12 @@ def phone(text: str) -> str:
 
 
 def chat(text: str) -> str:
+    text = _TIME_WORD.sub(lambda m: _TIME[m.group(1).lower()], text)
     return _I.sub("i", _CHAT_WORD.sub(lambda m: _CHAT[m.group(1).lower()], text))
 
 
 def _key(subject: str, stmt: str) -> str:
-    return subject.lower() + "|" + re.sub(r"\s*\((?:around|as of|since) [^)]*\)$", "", stmt).strip().lower()
+    return subject.lower() + "|" + stmt.strip().lower()
 
 
 def _statements(conversations: list[list[MessageRow]]) -> set[str]:

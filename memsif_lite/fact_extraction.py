@@ -45,7 +45,7 @@ from .config import FactType
 from .db import MessageRow
 from .entities import normalise
 from .fact_changes import LIGHT, stem
-from .timeutil import from_stored, local_time, stated_times, to_stored
+from .timeutil import from_stored, local_time, plain_time_words, stated_times, to_stored
 
 __all__ = ["Candidate", "extract_offline", "stated_starts", "typed_plainly"]
 
@@ -62,7 +62,8 @@ _DANGLING = frozenset("a an the my our your his her their its to of for with in 
                       "every each any all no not".split())
 _VAGUE = re.compile(r"\b(?:you|it|that|this|them|there|something|anything|everything|stuff|things?)\b", re.I)
 _TIME_TAIL = re.compile(r"(?:\s+(?:for|about|almost|over|nearly))?(?:\s+(?:\d+|a|an|one|two|three|four|five|six|seven|"
-                        r"eight|nine|ten|a few|a couple of|several|many))?\s+(?:years?|months?|weeks?|days?)$", re.I)
+                        r"eight|nine|ten|a few|few|a couple of|a couple|couple of|couple|several|many))?"
+                        r"\s+(?:years?|months?|weeks?|days?)$", re.I)
 _DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _FILLER_TAIL = re.compile(r"\s+(?:either|too|as well|also|anyway|though|lol|haha|btw|tbh|fyi|ngl|imo)$", re.I)
@@ -205,7 +206,7 @@ _TABLE: list[tuple[Any, ...]] = [
     ("Relation", None, re.compile(rf"\b[Mm]y ({_RELATIONS}) (?:(?:is )?(?:named|called) )?([A-Z][a-z]+)\b"),
      lambda s, m, d: f"{s} has a {m.group(1).lower()} named {_name(m.group(2))}", False),
     ("Relation", None, re.compile(rf"\b[Mm]y ({_RELATIONS})'s name is ([A-Z][a-z]+)\b|"
-                                  rf"\bI(?: have|'ve got| have got| got)? (?:a|an|two|three) "
+                                  rf"\bI(?: have|'ve got| have got| got) (?:a|an) "
                                   rf"(?:new |little |baby |big )?({_RELATIONS}) (?:named|called) ([A-Z][a-z]+)\b"),
      lambda s, m, d: f"{s} has a {(m.group(1) or m.group(3)).lower()} named {_name(m.group(2) or m.group(4))}", False),
     ("Event", None, re.compile(rf"\b(I|[Ww]e|[Mm]y (?:{_RELATIONS})) (?:just |recently |finally )?({_FAMILY_EVENT})\b"),
@@ -256,7 +257,7 @@ _TABLE: list[tuple[Any, ...]] = [
                 r"bought|won|ran|completed|launched|published|(?:started|quit)(?! [a-z]+ing\b)) ([^.!?]+)"),
      lambda s, m, d: f"{s} {m.group(1)} {_obj(m.group(2))} (around {d})", False),
     ("Event", None, _PLAN,
-     lambda s, m, d: f"{s} plans to {_plan(m.group(1) or m.group(2), going=' going to ' in m.group(0))}", False),
+     lambda s, m, d: f"{s} plans to {_plan(m.group(1) or m.group(2), going=_going(m))}", False),
 ]
 _RULES = [_Rule(*r) for r in _TABLE]
 
@@ -265,11 +266,17 @@ def _obj(text: str, max_words: int = 8) -> str:
     """The object phrase up to a clause boundary; "" when it is cut mid-phrase or too long (so
     the statement is dropped rather than stored truncated)."""
     head = _STOP_AT.split(text.strip(), maxsplit=1)[0].strip().rstrip(" '\"")
-    head = _FILLER_TAIL.sub("", _TIME_TAIL.sub("", _SYMBOL_TAIL.sub("", head))).strip()
+    while (short := _FILLER_TAIL.sub("", _TIME_TAIL.sub("", _SYMBOL_TAIL.sub("", head))).strip()) != head:
+        head = short  # "jazz 🎷 btw": each tail off, whichever comes last
     words = head.split()
     if not words or len(words) > max_words or words[-1].lower() in _DANGLING:
         return _CUT
     return _third_person(" ".join(words))
+
+
+def _going(m: re.Match[str]) -> bool:
+    """A plan said as "I'm / I am going to …" (not "I'll be going to", "planning to")."""
+    return m.group(1) is not None and m.string[m.start(0):m.start(1)].lower().endswith("going to ")
 
 
 def _plan(text: str, going: bool = False) -> str:
@@ -348,11 +355,13 @@ _BARE_WORD = re.compile(r"(?<![\w'])(?:(" + "|".join(_BARE) + r")|(Im))(?![\w'])
 def typed_plainly(text: str) -> str:
     """A message as the rules read it: the typography of phones and chat made plain — curly
     apostrophes and quotes straight, "i" as a word capitalised, "im", "ive", "dont", "cant"… with
-    their apostrophe. Real chat types "I’m allergic to peanuts" (the default of phone keyboards)
-    or "im allergic to peanuts"; the rules, written for "I'm", found nothing in either."""
+    their apostrophe, time phrases chat spells its own way written out ("2 wks ago", "tmrw":
+    :func:`~memsif_lite.timeutil.plain_time_words`). Real chat types "I’m allergic to peanuts"
+    (the default of phone keyboards) or "im allergic to peanuts"; the rules, written for "I'm",
+    found nothing in either. Statements are made of the text so read ("don't", "I")."""
     text = _APOSTROPHES.sub("'", text).replace("\u201c", '"').replace("\u201d", '"')
     text = _BARE_WORD.sub(lambda m: _BARE[(m.group(1) or m.group(2)).lower()], text)
-    return _LOWER_I.sub("I", text)
+    return plain_time_words(_LOWER_I.sub("I", text))
 
 
 def _sentences(text: str) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 from .errors import InvalidInputError, StorageCorruptError
 
 __all__ = ["to_stored", "utc_offset_min", "local_time", "from_stored", "is_stored", "parse_locomo_date", "now_stored",
-           "day_label", "relative_notes", "stated_times"]
+           "day_label", "relative_notes", "stated_times", "plain_time_words"]
 
 _LOCOMO = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE
@@ -143,7 +143,8 @@ _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
 #: tues"); not "sat", "sun" or "wed" (words of their own), nor "this yr" ("is this yr car?")
 _CHAT_TIME = {"tmrw": "tomorrow", "tmr": "tomorrow", "tmrow": "tomorrow", "2moro": "tomorrow", "2morrow": "tomorrow",
               "tomorow": "tomorrow", "tommorow": "tomorrow", "tommorrow": "tomorrow", "yday": "yesterday",
-              "tonite": "tonight", "2nite": "tonight", "nite": "night", "wk": "week", "wknd": "weekend",
+              "tonite": "tonight", "2nite": "tonight", "nite": "night", "wk": "week", "wks": "weeks", "yrs": "years",
+              "wknd": "weekend",
               "wkend": "weekend", "yr": "year", "mon": "monday", "tue": "tuesday", "tues": "tuesday",
               "weds": "wednesday", "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday"}
 _TOMORROW = "tomorrow|tmrw|tmr|tmrow|2moro|2morrow|tomorow|tommorow|tommorrow"
@@ -163,6 +164,17 @@ _VAGUE_COUNTS = frozenset({"a few", "few", "a couple of", "a couple", "couple of
 def _plain_time(phrase: str) -> str:
     """A time phrase with chat's spellings read as the words they stand for ("last wk" → "last week")."""
     return " ".join(_CHAT_TIME.get(w, w) for w in phrase.lower().split())
+
+
+def plain_time_words(text: str) -> str:
+    """``text`` with the time phrases chat spells its own way written out ("i quit 2 wks ago" →
+    "i quit 2 weeks ago", "see u tmrw" → "see u tomorrow", "last nite" → "last night"), only where
+    they name a day as :func:`relative_notes` and :func:`stated_times` read them; every other
+    word as it was."""
+    def plain(m: re.Match[str]) -> str:
+        said = m.group(0)
+        return said if said.lower() == _plain_time(said) else _plain_time(said)
+    return _PAST.sub(plain, _REL.sub(plain, text))
 
 
 def day_label(dt: datetime) -> str:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from fakes import raw
 
-from memsif_lite.timeutil import local_time, relative_notes, to_stored, utc_offset_min
+from memsif_lite.timeutil import local_time, plain_time_words, relative_notes, to_stored, utc_offset_min
 
 
 def _notes(text: str, at: str) -> list[str]:
@@ -50,8 +50,8 @@ def test_chat_spellings_of_time_words_resolve_too(text, expected):
     assert _notes(text, "2024-05-06T10:00:00") == [expected]
 
 
-@pytest.mark.parametrize("text", ["is this yr car?", "I sat in the sun last sat", "we wed in June", "hi mon",
-                                  "fri-day"])
+@pytest.mark.parametrize("text", ["is this yr car?", "I sat in the sun last sat", "next sat", "last wed", "this sun",
+                                  "this yr", "hi mon"])
 def test_words_that_only_look_like_chat_time_words_name_no_day(text):
     assert _notes(text, "2024-05-06T10:00:00") == []
 
@@ -88,3 +88,13 @@ def test_offsets_survive_export_and_import(memory, tmp_path):
     other = memory(path=tmp_path / "other.db")
     other.import_from(tmp_path / "x.jsonl")
     assert other.messages()[0].utc_offset_min == 540
+
+
+@pytest.mark.parametrize("text, plain", [
+    ("i quit 2 wks ago", "i quit 2 weeks ago"), ("see u tmrw!", "see u tomorrow!"),
+    ("last nite was fun", "last night was fun"), ("Last Fri I left", "last friday I left"),
+    ("next wknd?", "next weekend?"), ("I left last Friday", "I left last Friday"), ("is this yr car", "is this yr car"),
+    ("I sat on the sun", "I sat on the sun")])
+def test_time_phrases_spelled_as_chat_are_written_out_and_nothing_else(text, plain):
+    assert plain_time_words(text) == plain
+    assert plain_time_words(plain) == plain

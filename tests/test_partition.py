@@ -357,6 +357,14 @@ def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, mo
     from memsif_lite.db import vector_cache
 
     monkeypatch.setattr(vector_cache, "_GROUP", 3)
+    monkeypatch.setattr(vector_cache, "_cores", lambda: 2)
+    started: list[str] = []
+
+    class Thread(threading.Thread):
+        def start(self):
+            started.append(self.name)
+            super().start()
+    monkeypatch.setattr(vector_cache.threading, "Thread", Thread)
     for m in [1, 64, 65, 1000]:
         filled.forget(message_id=m)
     con = _Blobs(filled._db.con)
@@ -365,14 +373,14 @@ def test_the_chunk_loader_reads_every_chunk_through_one_reused_buffer(filled, mo
         cache._read_partition(cache._part.stamp())
         assert cache._centroids is not None and cache._load_chunks()
     con.all_closed()
+    assert started == ["memsif-load"]  # the groups were placed beside the reads
     rows = {r: bytes(e) for r, e in con.execute("SELECT rowid, embedding FROM message_vec")}
     got = {int(i): cache._codes[p].tobytes() for p, i in enumerate(cache._ids[:cache.size])}
     assert got == rows
     lists = cache._lists[:cache.size]
     assert np.array_equal(lists, np.sort(lists))  # list by list, the unlisted last
     assert np.array_equal(lists, cache._list_map.lookup(cache._ids[:cache.size]))
-    # the groups were placed by a helper thread beside the reads (two cores, as here); on one
-    # core each is placed at once: the same cache
+    # on one core each group is placed at once: the same cache
     monkeypatch.setattr(vector_cache, "_cores", lambda: 1)
     alone = VectorCache(filled._db.con, filled._db.vectors.dim)
     with filled._db.con:

@@ -277,8 +277,7 @@ class VectorCache:
         the chunks do not look as sqlite-vec 0.1 writes them, and the caller reads row by row.
         With a partition, the rows are laid out list by list (the unlisted last): a search then
         scans each probed list as one contiguous run. On two cores a helper thread puts each group
-        in place while the next one is read (:class:`_Placing`: 460–485 ms against 515–548 for a
-        million rows, 2026-12-03, this sandbox)."""
+        in place while the next one is read (:class:`_Placing`)."""
         t = self.table
         blob = None
         try:
@@ -670,8 +669,9 @@ class _Placing:
         for e in self._free:
             e.set()
         self._turn = 0
-        self._todo: list[tuple[int, np.ndarray, int, int] | None] = []
+        self._todo: list[tuple[int, np.ndarray, int, int]] = []
         self._ready = threading.Condition()
+        self._closed = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if beside:
@@ -705,12 +705,11 @@ class _Placing:
     def _work(self) -> None:
         while True:
             with self._ready:
-                while not self._todo:
-                    self._ready.wait()
-                job = self._todo.pop(0)
-            if job is None:
-                return
-            i, buf, a, b = job
+                while not self._todo and not self._closed:
+                    self._ready.wait(0.1)  # (closed without a notify: a KeyboardInterrupt in between)
+                if not self._todo:
+                    return
+                i, buf, a, b = self._todo.pop(0)
             try:
                 if self._error is None:
                     self._place(buf, a, b)
@@ -725,10 +724,13 @@ class _Placing:
     def __exit__(self, *exc: Any) -> None:
         thread = self._thread
         if thread is not None:
-            with self._ready:
-                self._todo.append(None)
-                self._ready.notify()
+            self._closed = True  # the helper places what is queued, then ends
             interrupted: KeyboardInterrupt | None = None
+            try:
+                with self._ready:
+                    self._ready.notify()
+            except KeyboardInterrupt as e:
+                interrupted = e
             while thread.is_alive():
                 try:
                     thread.join()
