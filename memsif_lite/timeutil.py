@@ -162,6 +162,11 @@ _VAGUE_COUNTS = frozenset({"a few", "few", "a couple of", "a couple", "couple of
 
 
 _WORD = re.compile(r"[a-z0-9]+")
+#: a word every phrase :data:`_REL` matches holds (its first, or "ago"), and likewise for :data:`_PAST`:
+#: a text without one names no relative time (the scans cost ~15–25 µs a message)
+_REL_WORDS = frozenset({"yesterday", "yday", "today", "tonight", "tonite", "2nite", "last", "next", "this", "ago",
+                        *_TOMORROW.split("|")})
+_PAST_WORDS = frozenset({"yesterday", "yday", "last", "ago", *_MONTHS})
 
 
 def _plain_time(phrase: str) -> str:
@@ -204,6 +209,8 @@ def relative_notes(text: str, said_at: datetime) -> list[str]:
     ``'"yesterday" = Sun 7 May 2023'``; approximate ones are marked with ≈. ``said_at`` should
     be the speaker's LOCAL time (:func:`local_time`): "yesterday" is relative to their date."""
     notes: list[str] = []
+    if _REL_WORDS.isdisjoint(_WORD.findall(text.lower())):  # no word a relative time begins or ends with
+        return notes
     for m in _REL.finditer(text):
         try:
             target, approx = _resolve(m, said_at)
@@ -270,6 +277,8 @@ def stated_times(text: str, said_at: datetime) -> list[tuple[int, int, datetime,
     "In July" is the latest July not after the month it was said in. What lies ahead ("tomorrow",
     "next week", "this weekend") or names no day of its own ("today") is not listed."""
     out: list[tuple[int, int, datetime, str]] = []
+    if _PAST_WORDS.isdisjoint(_WORD.findall(text.lower())):
+        return out
     for m in _PAST.finditer(text):
         try:
             got = _past(m, said_at)
