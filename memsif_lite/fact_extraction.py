@@ -266,8 +266,10 @@ def _obj(text: str, max_words: int = 8) -> str:
     """The object phrase up to a clause boundary; "" when it is cut mid-phrase or too long (so
     the statement is dropped rather than stored truncated)."""
     head = _STOP_AT.split(text.strip(), maxsplit=1)[0].strip().rstrip(" '\"")
-    while (short := _FILLER_TAIL.sub("", _TIME_TAIL.sub("", _SYMBOL_TAIL.sub("", head))).strip()) != head:
-        head = short  # "jazz 🎷 btw": each tail off, whichever comes last
+    if len(head.split()) > 3 * max_words:  # too long whatever tails it ends in
+        return _CUT
+    for _ in range(3):  # "jazz 🎷 btw": each tail off, whichever comes last
+        head = _FILLER_TAIL.sub("", _TIME_TAIL.sub("", _SYMBOL_TAIL.sub("", head))).strip()
     words = head.split()
     if not words or len(words) > max_words or words[-1].lower() in _DANGLING:
         return _CUT

@@ -154,7 +154,7 @@ _REL = re.compile(
     rf"\b(yesterday|yday|today|tonight|tonite|2nite|{_TOMORROW}|"
     rf"(?:last|next|this) (?:week|wk|weekend|wknd|wkend|month|year|{_DAY_NAMES})|(?:last|next) yr|"
     rf"(\d+|a|an|one|two|three|four|five|six|a few|few|a couple of|a couple|couple of|couple) {_UNITS} ago)\b",
-    re.IGNORECASE)
+    re.IGNORECASE | re.ASCII)  # ASCII: "laſt", "thıs" are no "last", "this" (Unicode case folding says they are)
 _NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3,
         "a couple of": 2, "a couple": 2, "couple of": 2, "couple": 2}
 #: counts that are only about so many ("a few days ago" ≈)
@@ -183,8 +183,7 @@ def plain_time_words(text: str) -> str:
         return text
 
     def plain(m: re.Match[str]) -> str:
-        said = m.group(0)
-        return said if said.lower() == _plain_time(said) else _plain_time(said)
+        return " ".join(_CHAT_TIME.get(w.lower(), w) for w in m.group(0).split(" "))
     return _PAST.sub(plain, _REL.sub(plain, text))
 
 
@@ -266,7 +265,7 @@ def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
 _PAST = re.compile(
     rf"\b(yesterday|yday|last (?:night|nite)|last (?:week|wk|weekend|wknd|wkend|month|year|yr|{_DAY_NAMES})|"
     rf"(\d+|a|an|one|two|three|four|five|six|a few|few|a couple of|a couple|couple of|couple) {_UNITS} ago|"
-    r"in (" + "|".join(_MONTHS) + r")(?:,? (\d{4}))?)\b", re.IGNORECASE)
+    r"in (" + "|".join(_MONTHS) + r")(?:,? (\d{4}))?)\b", re.IGNORECASE | re.ASCII)
 
 
 def stated_times(text: str, said_at: datetime) -> list[tuple[int, int, datetime, str]]:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from fakes import raw
 
-from memsif_lite.timeutil import local_time, plain_time_words, relative_notes, to_stored, utc_offset_min
+from memsif_lite.timeutil import local_time, plain_time_words, relative_notes, stated_times, to_stored, utc_offset_min
 
 
 def _notes(text: str, at: str) -> list[str]:
@@ -51,7 +51,8 @@ def test_chat_spellings_of_time_words_resolve_too(text, expected):
 
 
 @pytest.mark.parametrize("text", ["is this yr car?", "I sat in the sun last sat", "next sat", "last wed", "this sun",
-                                  "this yr", "hi mon"])
+                                  "this yr", "hi mon", "we wed in June", "fri-day", "I moved laſt week",
+                                  "thıs Friday", "tonıte"])
 def test_words_that_only_look_like_chat_time_words_name_no_day(text):
     assert _notes(text, "2024-05-06T10:00:00") == []
 
@@ -92,9 +93,18 @@ def test_offsets_survive_export_and_import(memory, tmp_path):
 
 @pytest.mark.parametrize("text, plain", [
     ("i quit 2 wks ago", "i quit 2 weeks ago"), ("see u tmrw!", "see u tomorrow!"),
-    ("last nite was fun", "last night was fun"), ("Last Fri I left", "last friday I left"),
+    ("last nite was fun", "last night was fun"), ("Last Fri I left", "Last friday I left"),
     ("next wknd?", "next weekend?"), ("I left last Friday", "I left last Friday"), ("is this yr car", "is this yr car"),
     ("I sat on the sun", "I sat on the sun")])
 def test_time_phrases_spelled_as_chat_are_written_out_and_nothing_else(text, plain):
     assert plain_time_words(text) == plain
     assert plain_time_words(plain) == plain
+
+
+def test_a_look_alike_letter_beside_a_real_time_word_is_no_second_date():
+    """Unicode case folding makes "laſt" and "yeſterday" equal "last" and "yesterday" to a
+    case-insensitive pattern: read as ASCII they name no day, and beside a real one they neither
+    add a date nor break the reading (they raised KeyError / IndexError before)."""
+    said = datetime(2024, 7, 10, 9)
+    assert relative_notes("laſt week, then last week", said) == ['"last week" = the week of Mon 1 Jul 2024']
+    assert [t[2].date() for t in stated_times("yeſterday and yesterday", said)] == [said.date() - timedelta(days=1)]

@@ -520,6 +520,31 @@ def test_context_scans_the_unit_caches_while_the_bm25_query_runs(filled, monkeyp
     assert during == {"segment_vec": True, "trajectory_vec": True}
 
 
+def test_a_ctrl_c_as_the_load_ends_still_ends_its_helper(monkeypatch):
+    """``_Placing``: a KeyboardInterrupt while the loading thread wakes the helper for the last
+    time (the notify never happens) is raised once the helper has placed what was queued and ended
+    — it does not wait on for ever, holding the buffers."""
+    import time
+
+    from memsif_lite.db import vector_cache
+
+    monkeypatch.setattr(vector_cache, "_cores", lambda: 2)
+    placed: list[int] = []
+    placing = vector_cache._Placing(lambda buf, a, b: placed.append(a), 4, True)
+    helper = placing._thread
+    assert helper is not None
+    with pytest.raises(KeyboardInterrupt):
+        with placing:
+            placing.put(placing.buffer(), 0, 1)
+            time.sleep(0.3)  # the helper has placed it and waits for more
+
+            def interrupted() -> None:
+                raise KeyboardInterrupt
+            placing._ready.notify = interrupted  # type: ignore[method-assign]
+    helper.join(timeout=2)
+    assert not helper.is_alive() and placed == [0]
+
+
 def test_the_first_context_loads_the_unit_caches_beside_the_message_scan(filled, memory, monkeypatch):
     """At the first ``context`` after opening, the segment and trajectory caches are loaded (SQL)
     by the second thread, before its BM25 query, while the caller's thread scores the message

@@ -685,7 +685,9 @@ class _Placing:
     def buffer(self) -> np.ndarray:
         """The buffer to read the next group into (once the group it held before is placed)."""
         i = self._turn % len(self._bufs)
-        self._free[i].wait()
+        while not self._free[i].wait(0.1):
+            if self._thread is not None and not self._thread.is_alive():  # (it sets the flag whatever happens)
+                raise RuntimeError("the vector cache's loading helper ended before placing a group")
         if self._error is not None:
             raise self._error
         return self._bufs[i]
@@ -722,9 +724,9 @@ class _Placing:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._closed = True  # the helper places what is queued, then ends
         thread = self._thread
         if thread is not None:
-            self._closed = True  # the helper places what is queued, then ends
             interrupted: KeyboardInterrupt | None = None
             try:
                 with self._ready:
