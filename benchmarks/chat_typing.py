@@ -22,7 +22,8 @@ of a speaker's conversation at once) and compares the statements (subject and st
 date, lowercase) with those of the messages as written: ``kept`` is the share of those still found,
 ``new`` the statements found only in the retyped form (a rule that now fires on text the original
 did not have, or the same fact dated otherwise: each is printed). ``--out F`` writes the counts as
-JSON with the date and machine.
+JSON with the date and machine. ``--time``: also the CPU time ``extract_offline`` takes a message
+as written (best of five passes over all of them; run the script of another tree to compare).
 """
 
 from __future__ import annotations
@@ -91,9 +92,21 @@ def memorybank(folder: str) -> list[list[MessageRow]]:
     return out
 
 
-def compare(name: str, conversations: list[list[MessageRow]]) -> dict:
+def _cpu_us_a_message(conversations: list[list[MessageRow]]) -> float:
+    best = float("inf")
+    for _ in range(5):
+        t = time.process_time()
+        _statements(conversations)
+        best = min(best, time.process_time() - t)
+    return round(1e6 * best / max(1, sum(len(c) for c in conversations)), 1)
+
+
+def compare(name: str, conversations: list[list[MessageRow]], timed: bool = False) -> dict:
     written = _statements(conversations)
     doc: dict = {"messages": sum(len(c) for c in conversations), "statements_as_written": len(written)}
+    if timed:
+        doc["extract_cpu_us_a_message"] = _cpu_us_a_message(conversations)
+        print(f"{name}: extract_offline {doc['extract_cpu_us_a_message']} µs CPU a message as written")
     for form, retype in (("phone", phone), ("chat", chat)):
         got = _statements([[MessageRow(r.id, r.speaker, retype(r.text), r.at, r.session, r.source_id) for r in rows]
                            for rows in conversations])
@@ -112,14 +125,15 @@ def main() -> None:
     ap.add_argument("--locomo", metavar="DIR", help="a LoCoMo folder")
     ap.add_argument("--memorybank", metavar="DIR", help="the MemoryBank folder (memory_bank_en.json)")
     ap.add_argument("--out", help="write the counts as JSON here too")
+    ap.add_argument("--time", action="store_true", help="also time extract_offline on the messages as written")
     args = ap.parse_args()
     if not (args.locomo or args.memorybank):
         ap.error("give --locomo, --memorybank or both")
     doc: dict = {"date": time.strftime("%Y-%m-%d"), "machine": machine()}
     if args.locomo:
-        doc["locomo"] = compare("locomo", locomo(args.locomo))
+        doc["locomo"] = compare("locomo", locomo(args.locomo), args.time)
     if args.memorybank:
-        doc["memorybank"] = compare("memorybank", memorybank(args.memorybank))
+        doc["memorybank"] = compare("memorybank", memorybank(args.memorybank), args.time)
     if args.out:
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 

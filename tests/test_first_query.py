@@ -130,6 +130,9 @@ def test_an_interrupt_during_the_first_query_is_raised_at_once_and_the_next_quer
                 finally:
                     Slow.inside -= 1
 
+        # Python's own Ctrl-C handler: a test run started in the background of a non-interactive
+        # shell ignores SIGINT, and a child inherits that (Python then installs none)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with Memory({str(path)!r}, embedder=Slow()) as mem:
             threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
             try:
