@@ -143,9 +143,8 @@ _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
 #: tues"); not "sat", "sun" or "wed" (words of their own), nor "this yr" ("is this yr car?")
 _CHAT_TIME = {"tmrw": "tomorrow", "tmr": "tomorrow", "tmrow": "tomorrow", "2moro": "tomorrow", "2morrow": "tomorrow",
               "tomorow": "tomorrow", "tommorow": "tomorrow", "tommorrow": "tomorrow", "yday": "yesterday",
-              "tonite": "tonight", "2nite": "tonight", "nite": "night", "wk": "week", "wks": "weeks", "yrs": "years",
-              "wknd": "weekend",
-              "wkend": "weekend", "yr": "year", "mon": "monday", "tue": "tuesday", "tues": "tuesday",
+              "tonite": "tonight", "2nite": "tonight", "nite": "night", "wk": "week", "wks": "weeks", "wknd": "weekend",
+              "wkend": "weekend", "yr": "year", "yrs": "years", "mon": "monday", "tue": "tuesday", "tues": "tuesday",
               "weds": "wednesday", "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday"}
 _TOMORROW = "tomorrow|tmrw|tmr|tmrow|2moro|2morrow|tomorow|tommorow|tommorrow"
 _DAY_NAMES = "|".join(_WEEKDAYS) + "|mon|tues?|weds|thu(?:rs?)?|fri"
