@@ -249,6 +249,12 @@ class CoreFactWriter:
         return self.extractor.prompt(structure.segment_messages(segment_id),
                                      structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
 
+    def stating(self, subject: str, ftype: str, stmt: str) -> list[FactRow]:
+        """The subject's current facts of this type that state ``stmt`` again, as
+        :func:`exact_duplicate` compares them, oldest first."""
+        return [r for r in self.db.facts.current_stated(subject, ftype, stmt)
+                if same_subject(r.subject, subject) and normalise(r.stmt) == normalise(stmt)]
+
     def related(self, c: Candidate, vec: np.ndarray, k: int = 5) -> list[FactRow]:
         """Current facts of the candidate's subject (no other subject's fact is ever shown to the
         chooser), at most ``k + 5``: the oldest that states it again (:func:`exact_duplicate`
@@ -257,8 +263,7 @@ class CoreFactWriter:
         type. So a subject holding more facts of the type than the list shows still has its
         duplicate and its slot's values in it."""
         facts = self.db.facts
-        rows = [r for r in facts.current_stated(c.subject, c.type, c.stmt)
-                if same_subject(r.subject, c.subject) and normalise(r.stmt) == normalise(c.stmt)][:1]
+        rows = self.stating(c.subject, c.type, c.stmt)[:1]
         near = 0
         for fid, _ in facts.nearest(vec, 4 * k):
             r = facts.current(fid)
@@ -301,8 +306,7 @@ class CoreFactWriter:
                             op.name, op.target, op.stmt)
                 op = offline.choose(c, related)
             if op.name == "add" and normalise(op.stmt) != normalise(c.stmt):  # the model's wording may be held
-                held = [r for r in self.db.facts.current_stated(c.subject, c.type, op.stmt)
-                        if same_subject(r.subject, c.subject) and normalise(r.stmt) == normalise(op.stmt)]
+                held = self.stating(c.subject, c.type, op.stmt)
                 if held:  # a merge into it; a supersede of it when the candidate states a change (ends apply)
                     h = held[0]
                     change = (c.change or bool(c.ends)) and h.valid_from < c.at
