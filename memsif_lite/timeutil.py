@@ -168,9 +168,15 @@ _REL_WORDS = frozenset({"yesterday", "yday", "today", "tonight", "tonite", "2nit
 _PAST_WORDS = frozenset({"yesterday", "yday", "last", "ago", *_MONTHS})
 
 
+def _spelled_out(phrase: str) -> str:
+    """A time phrase with chat's spellings written out ("last wk" → "last week"), the other words as
+    they were."""
+    return " ".join(_CHAT_TIME.get(w.lower(), w) for w in phrase.split(" "))
+
+
 def _plain_time(phrase: str) -> str:
-    """A time phrase with chat's spellings read as the words they stand for ("last wk" → "last week")."""
-    return " ".join(_CHAT_TIME.get(w, w) for w in phrase.lower().split())
+    """A time phrase as :func:`_resolve` and :func:`_past` read it: spelled out, in lowercase."""
+    return _spelled_out(phrase).lower()
 
 
 def plain_time_words(text: str) -> str:
@@ -180,10 +186,7 @@ def plain_time_words(text: str) -> str:
     word as it was."""
     if _CHAT_TIME.keys().isdisjoint(_WORD.findall(text.lower())):  # most text: the scans below cost ~40 µs
         return text
-
-    def plain(m: re.Match[str]) -> str:
-        return " ".join(_CHAT_TIME.get(w.lower(), w) for w in m.group(0).split(" "))
-    return _PAST.sub(plain, _REL.sub(plain, text))
+    return _PAST.sub(lambda m: _spelled_out(m.group(0)), _REL.sub(lambda m: _spelled_out(m.group(0)), text))
 
 
 def day_label(dt: datetime) -> str:
