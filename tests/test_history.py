@@ -177,6 +177,40 @@ def test_undo_takes_back_what_built_on_it_and_nothing_else(tmp_path, embedder):
             mem.undo(pizza.id)  # its fact was forgotten since
 
 
+def test_a_fact_stated_again_and_again_keeps_a_small_undo(tmp_path, embedder):
+    """A merge's before image names the sources it added, not every source the fact has: a fact
+    stated N times once kept N lists of 1..N ids (a million replicated LoCoMo messages: 40 bytes of
+    undo a message). Undoing the merges newest first takes each one's source back out, as an image
+    in the older form (every source the fact had, which files written before keep) does."""
+    db, old = tmp_path / "m.db", tmp_path / "old.db"
+    t = datetime(2024, 1, 1, 9)
+    with Memory(db, embedder=embedder) as mem:
+        for i in range(12):
+            mem.add("Ana", "I love jazz.", at=t + timedelta(days=i))
+            mem.add("Bob", f"Nice, day {i} of the festival then.", at=t + timedelta(days=i, minutes=1))
+        mem.backup(old)
+        merges = mem.changes(op="fact.merge")
+    assert len(merges) == 11
+    with raw(db) as con:
+        undos = [json.loads(u) for (u,) in con.execute("SELECT undo FROM change_log WHERE op='fact.merge' ORDER BY id")]
+        ana = [m for (m,) in con.execute("SELECT id FROM messages WHERE speaker='Ana' ORDER BY id")]
+    assert [u["facts"][0]["before"]["added"] for u in undos] == [[m] for m in ana[1:]]
+    assert not any("sources" in u["facts"][0]["before"] for u in undos)
+    with apsw.Connection(str(old)) as con:  # the older form of the same images
+        for cid, undo in zip([c.id for c in merges], undos, strict=True):
+            before = undo["facts"][0]["before"]
+            (added,) = before.pop("added")
+            before["sources"] = [m for m in ana if m < added]
+            con.execute("UPDATE change_log SET undo=? WHERE id=?", (json.dumps(undo), cid))
+    with Memory(db, embedder=embedder) as mem, Memory(old, embedder=embedder) as older:
+        for k, c in enumerate(reversed(merges)):
+            assert [u.id for u in mem.undo(c.id).undone] == [c.id]
+            assert [u.id for u in older.undo(c.id).undone] == [c.id]
+            state = fact_state(db)
+            assert state == fact_state(old)
+            assert {m for _, m in state["sources"]} == set(ana[:len(ana) - k - 1])
+
+
 def test_an_undone_decision_is_not_redone_by_a_merge_replay(tmp_path, embedder):
     a, b = tmp_path / "a.db", tmp_path / "b.db"
     with Memory(a, embedder=embedder) as mem:

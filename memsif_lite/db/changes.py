@@ -3,7 +3,8 @@
 A change is recorded by the code that makes it, in the same transaction, through
 :meth:`ChangeLog.record`: while its block runs, every CoreFact write goes through
 :class:`RecordedFacts`, which notes the facts touched and — for a change that can be taken back —
-each fact's row, sources and (when rewritten) vector as they were before the change (its *before
+each fact's row, the sources the change adds (all of the fact's sources as they were, when the
+change removes any) and (when rewritten) vector as they were before the change (its *before
 image*), and the ``fact_history`` rows it added. The log row is written when the block ends
 without an error (an error rolls the whole transaction back, the log row never existed).
 Records nest: a CoreFact step that runs inside a merge records its own row. The outermost record
@@ -204,17 +205,40 @@ class ChangeLog(Table):
     def journal(self) -> Journal | None:
         return self._open[-1] if self._open else None
 
-    def before(self, fid: int, *, vector: bool = False) -> None:
-        """Called by :class:`RecordedFacts` before it changes fact ``fid``."""
+    def before(self, fid: int, *, vector: bool = False, sources: bool = False) -> None:
+        """Called by :class:`RecordedFacts` before it changes fact ``fid``; ``sources``: before it
+        removes any of the fact's sources (its image then lists them all)."""
         j = self.journal
         if j is None:
             return
         if fid not in j.images:
             j.images[fid] = self._image(fid) if j.undoable else None
         img = j.images[fid]
-        if vector and j.undoable and img is not None and "vector" not in img:
+        if img is None or not j.undoable:
+            return
+        if vector and "vector" not in img:
             row = self.con.execute("SELECT embedding FROM fact_vec WHERE rowid=?", (fid,)).fetchone()
             img["vector"] = None if row is None else bytes(row[0]).hex()
+        if sources and "sources" not in img:
+            added = set(img.pop("added"))
+            img["sources"] = [m for m in self.fact_sources(fid) if m not in added]
+
+    def adding(self, fid: int, message_ids: Sequence[int]) -> None:
+        """Called by :class:`RecordedFacts` before it adds these sources to fact ``fid``: the image
+        notes those the fact does not hold yet."""
+        self.before(fid)
+        j = self.journal
+        img = j.images.get(fid) if j is not None else None
+        if img is None or "added" not in img:
+            return
+        wanted = list(dict.fromkeys(message_ids))
+        held = {m for (m,) in self.rows_in(
+            "SELECT message_id FROM fact_sources WHERE fact_id=? AND message_id IN ({marks})", wanted, (fid,))}
+        img["added"].extend(m for m in wanted if m not in held and m not in img["added"])
+
+    def fact_sources(self, fid: int) -> list[int]:
+        return [m for (m,) in self.con.execute(
+            "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,))]
 
     def created(self, fid: int) -> None:
         """Fact ``fid`` did not exist before this change."""
@@ -226,9 +250,7 @@ class ChangeLog(Table):
         row = self.con.execute(f"SELECT {', '.join(_FACT_COLS)} FROM core_facts WHERE id=?", (fid,)).fetchone()
         if row is None:
             return None
-        sources = [m for (m,) in self.con.execute(
-            "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,))]
-        return {"row": list(row), "sources": sources}
+        return {"row": list(row), "added": []}  # its sources: those it holds now but these
 
     # -- reading ------------------------------------------------------------------------------------
     def select(self, *, since: str | None = None, until: str | None = None, actor: str | None = None,
@@ -332,9 +354,13 @@ class ChangeLog(Table):
                 continue
             sets = ", ".join(f"{c}=?" for c in _FACT_COLS)
             self.con.execute(f"UPDATE core_facts SET {sets} WHERE id=?", (*img["row"], fid))
-            self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
-            for mid in img["sources"]:
-                self.con.execute("INSERT INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
+            if "sources" in img:  # every source the fact had
+                self.con.execute("DELETE FROM fact_sources WHERE fact_id=?", (fid,))
+                for mid in img["sources"]:
+                    self.con.execute("INSERT INTO fact_sources(fact_id, message_id) VALUES(?,?)", (fid, mid))
+            else:  # the sources the change added
+                for mid in img["added"]:
+                    self.con.execute("DELETE FROM fact_sources WHERE fact_id=? AND message_id=?", (fid, mid))
         facts = CoreFacts(self.con, self.fact_cache)
         for item in undo["facts"]:
             img = item["before"]
@@ -461,17 +487,18 @@ class RecordedFacts(CoreFacts):
         super().supersede(fid, by=by, valid_to=valid_to, now=now)
 
     def add_sources(self, fid: int, message_ids: Sequence[int]) -> None:
-        self.changes.before(fid)
+        self.changes.adding(fid, message_ids)
         super().add_sources(fid, message_ids)
 
     def delete(self, fid: int) -> None:
-        for f in [fid, *self._superseded_by(fid)]:
+        self.changes.before(fid, sources=True)
+        for f in self._superseded_by(fid):
             self.changes.before(f)
         super().delete(fid)
 
     def drop_source(self, mid: int) -> tuple[list[int], list[int]]:
         for (f,) in self.con.execute("SELECT fact_id FROM fact_sources WHERE message_id=?", (mid,)).fetchall():
-            self.changes.before(f)
+            self.changes.before(f, sources=True)
         return super().drop_source(mid)
 
     def drop_unsupported_events(self, fid: int) -> str | None:
