@@ -43,6 +43,10 @@ cite the subject's own line for a statement it took from elsewhere, an LLM's cha
 (anything but an Add) must be *grounded*: every name in the new statement (a capitalised word,
 month and day names aside) is in a message the candidate cites, in the subject's name or in the
 fact it changes; otherwise the offline rule decides (:func:`grounded`).
+
+CoreFacts are about people: a candidate whose subject is a chat's assistant or system speaker
+(:data:`MACHINE_SPEAKERS`) is not written — an assistant's "I love museums" is small talk, and the
+first-person rules would make every such line a fact about it.
 """
 
 from __future__ import annotations
@@ -67,12 +71,23 @@ from .timeutil import now_stored
 
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
            "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
-           "extract_offline", "same_subject", "exact_duplicate", "CONTEXT_MESSAGES"]
+           "extract_offline", "same_subject", "exact_duplicate", "CONTEXT_MESSAGES", "MACHINE_SPEAKERS",
+           "about_a_person"]
 
 log = logging.getLogger("memsif_lite")
 
 #: the earlier messages of its trajectory an extraction shows beside a closed segment
 CONTEXT_MESSAGES = 6
+
+#: the speakers memsif stores a chat's non-human roles as (its integrations' and importers' defaults,
+#: :class:`memsif_lite.integrations.Speakers`; the MCP server's ``assistant``), case and spacing aside
+MACHINE_SPEAKERS = frozenset({"assistant", "system"})
+
+
+def about_a_person(c: Candidate) -> bool:
+    """Whether a candidate's subject may be a person: not one of :data:`MACHINE_SPEAKERS`."""
+    return " ".join(compose(c.subject).split()).lower() not in MACHINE_SPEAKERS
+
 
 def same_subject(a: str, b: str) -> bool:
     """One subject written two ways: case and Unicode composition aside ("maya" is "Maya")."""
@@ -237,10 +252,12 @@ class CoreFactWriter:
         self.embed_passages = embed_passages
 
     def extract(self, segment_id: int) -> list[Candidate]:
-        """The CoreFact candidates of a closed segment (the extractor may be an LLM)."""
+        """The CoreFact candidates of a closed segment (the extractor may be an LLM), those about a
+        person (:func:`about_a_person`)."""
         structure = self.db.structure
-        return self.extractor.extract(structure.segment_messages(segment_id),
-                                      structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
+        return [c for c in self.extractor.extract(structure.segment_messages(segment_id),
+                                                  structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
+                if about_a_person(c)]
 
     def extract_prompt(self, segment_id: int) -> Prompt[Any] | None:
         """The prompt ``extract`` will send for this segment (None: the extractor asks no LLM),

@@ -3,6 +3,7 @@ scores and promotion, forget."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeEmbedder
-from memsif_lite import Config, InvalidInputError, Memory, NotFoundError
+from memsif_lite import Config, InvalidInputError, Memory, NotFoundError, prompts
 from memsif_lite.active_facts import Evidence, is_promoted, query_score, source_score
 from memsif_lite.matching import coherence
 
@@ -173,6 +174,42 @@ def test_offline_extractor_does_not_invent(memory):
     mem.add_many([{"speaker": "Ana", "text": t, "at": T0 + timedelta(days=i)} for i, t in enumerate([
         "Do you live in Berlin?", "I love it!", "What do you think about that?", "Hmm, maybe.", "ok"])])
     assert mem.facts(include_superseded=True) == []
+
+
+def test_an_assistant_or_system_speaker_gets_no_core_facts(memory):
+    """CoreFacts are about people: the first-person rules read every speaker's "I ...", and an
+    assistant's small talk ("I love museums too!") or a system prompt made facts about them."""
+    mem = memory(config=FACTS_CONFIG)
+    mem.add_many([{"speaker": sp, "text": t, "at": T0 + timedelta(minutes=i)} for i, (sp, t) in enumerate([
+        ("Maya", "I love jazz."), ("assistant", "I love museums too! I live in the cloud."),
+        ("System", "I want you to answer briefly. I am a helpful assistant."),
+        (" ASSISTANT ", "I'm allergic to nothing, I live in Porto."), ("Maya", "I live in Porto.")])])
+    mem.add("Maya", "bye", at=T0 + timedelta(days=2))  # the segment closes
+    mem.process()
+    assert sorted(f.stmt for f in mem.facts(include_superseded=True)) == ["Maya lives in Porto", "Maya loves jazz"]
+
+
+def test_an_llm_fact_about_the_assistant_is_not_written(memory, llm_server):
+    """The same for a model's candidates: one about the assistant is dropped, the user's fact from
+    the assistant's line is kept."""
+    replies = ['{"facts": []}', json.dumps({"facts": [  # each message is a segment of its own here
+        {"subject": "assistant", "type": "Preference", "stmt": "assistant loves museums", "lines": [1]},
+        {"subject": "Maya", "type": "Event", "stmt": "Maya has a flight to Porto on 2024-01-05", "lines": [1]}]})]
+    llm_server.route({
+        prompts.BOUNDARY_SYSTEM: '{"continues": false}',
+        prompts.TRAJECTORY_SYSTEM: '{"compatible": []}',
+        prompts.TITLE_SYSTEM: '{"title": "Trip"}',
+        prompts.EXTRACT_SYSTEM: lambda: replies.pop(0) if replies else '{"facts": []}',
+        prompts.OPERATION_SYSTEM: '{"op": "add", "target": null}',
+    })
+    mem = memory(config=Config(sem_low=0.0, sem_high=1.0, tau_split=0.98, tau_merge=0.99, llm_retries=0),
+                 llm="openai/test-model", process="inline", llm_kwargs=llm_server.llm_kwargs())
+    mem.add("Maya", "Is my flight booked?", at=T0)
+    mem.add("assistant", "Yes: your flight to Porto is on Friday. I love museums, you will too!",
+            at=T0 + timedelta(minutes=1))
+    mem.add("Maya", "thanks", at=T0 + timedelta(days=2))
+    mem.process()
+    assert [f.stmt for f in mem.facts()] == ["Maya has a flight to Porto on 2024-01-05"]
 
 
 def test_forget_message_removes_everything_derived_only_from_it(db):
