@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
@@ -72,21 +73,28 @@ from .timeutil import now_stored
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
            "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
            "extract_offline", "same_subject", "exact_duplicate", "CONTEXT_MESSAGES", "MACHINE_SPEAKERS",
-           "about_a_person"]
+           "about_a_person", "machine_speaker"]
 
 log = logging.getLogger("memsif_lite")
 
 #: the earlier messages of its trajectory an extraction shows beside a closed segment
 CONTEXT_MESSAGES = 6
 
-#: the speakers memsif stores a chat's non-human roles as (its integrations' and importers' defaults,
-#: :class:`memsif_lite.integrations.Speakers`; the MCP server's ``assistant``), case and spacing aside
-MACHINE_SPEAKERS = frozenset({"assistant", "system"})
+#: the chat roles that are no person: the speakers memsif stores them as by default (its
+#: integrations, :class:`memsif_lite.integrations.Speakers`; its importers, which keep a role's own
+#: name; the MCP server's ``assistant``), compared by :func:`machine_speaker`
+MACHINE_SPEAKERS = frozenset({"assistant", "system", "developer", "tool", "function"})
+
+
+def machine_speaker(name: str) -> bool:
+    """Whether ``name`` is one of :data:`MACHINE_SPEAKERS` (Unicode compatibility forms, case and
+    spacing aside: "Assistant", "ａｓｓｉｓｔａｎｔ")."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split()) in MACHINE_SPEAKERS
 
 
 def about_a_person(c: Candidate) -> bool:
-    """Whether a candidate's subject may be a person: not one of :data:`MACHINE_SPEAKERS`."""
-    return " ".join(compose(c.subject).split()).lower() not in MACHINE_SPEAKERS
+    """Whether a candidate's subject may be a person: not a :func:`machine_speaker`."""
+    return not machine_speaker(c.subject)
 
 
 def same_subject(a: str, b: str) -> bool:
@@ -252,12 +260,11 @@ class CoreFactWriter:
         self.embed_passages = embed_passages
 
     def extract(self, segment_id: int) -> list[Candidate]:
-        """The CoreFact candidates of a closed segment (the extractor may be an LLM), those about a
-        person (:func:`about_a_person`)."""
+        """The CoreFact candidates of a closed segment (the extractor may be an LLM); those not
+        :func:`about_a_person` are dropped when their step is decided (``steps.fact``)."""
         structure = self.db.structure
-        return [c for c in self.extractor.extract(structure.segment_messages(segment_id),
-                                                  structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
-                if about_a_person(c)]
+        return self.extractor.extract(structure.segment_messages(segment_id),
+                                      structure.trajectory_context(segment_id, CONTEXT_MESSAGES))
 
     def extract_prompt(self, segment_id: int) -> Prompt[Any] | None:
         """The prompt ``extract`` will send for this segment (None: the extractor asks no LLM),

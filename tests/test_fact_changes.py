@@ -86,15 +86,15 @@ def test_another_persons_statement_never_ends_the_users_fact(tmp_path, embedder)
     with Memory(tmp_path / "m.db", embedder=embedder) as mem:
         _remember(mem, [(0, "User", "I'm vegetarian, and I love climbing on weekends."),
                         (0, "User", "I work at Globex and I live in Leeds."),
-                        (5, "Assistant", "Funny, I stopped climbing last year and I'm no longer vegetarian."),
-                        (5, "Assistant", "I had a steak again yesterday. I quit my job and moved to York."),
+                        (5, "Kim", "Funny, I stopped climbing last year and I'm no longer vegetarian."),
+                        (5, "Kim", "I had a steak again yesterday. I quit my job and moved to York."),
                         (6, "Leo", "I accepted the offer from Acme. I'm no longer with Globex either.")])
         user = {f.stmt for f in mem.facts(subject="User")}
         everyone = _by_stmt(mem)
     assert {"User is vegetarian", "User loves climbing on weekends", "User works at Globex",
             "User lives in Leeds"} <= user
     assert all(f.valid_to is None for f in everyone.values() if f.subject == "User")
-    assert {"Assistant is no longer vegetarian (as of 2024-05-11)", "Leo works at Acme"} <= set(everyone)
+    assert {"Kim is no longer vegetarian (as of 2024-05-11)", "Leo works at Acme"} <= set(everyone)
 
 
 def test_a_new_value_replaces_a_stated_end_and_again_ends_a_negation(tmp_path, embedder):

@@ -183,10 +183,21 @@ def test_an_assistant_or_system_speaker_gets_no_core_facts(memory):
     mem.add_many([{"speaker": sp, "text": t, "at": T0 + timedelta(minutes=i)} for i, (sp, t) in enumerate([
         ("Maya", "I love jazz."), ("assistant", "I love museums too! I live in the cloud."),
         ("System", "I want you to answer briefly. I am a helpful assistant."),
-        (" ASSISTANT ", "I'm allergic to nothing, I live in Porto."), ("Maya", "I live in Porto.")])])
+        (" ASSISTANT ", "I'm allergic to nothing, I live in Porto."), ("ｔｏｏｌ", "I love rain."),
+        ("developer", "I live in Lisbon."), ("Maya", "I live in Porto.")])])
     mem.add("Maya", "bye", at=T0 + timedelta(days=2))  # the segment closes
     mem.process()
     assert sorted(f.stmt for f in mem.facts(include_superseded=True)) == ["Maya lives in Porto", "Maya loves jazz"]
+
+
+def test_the_user_cannot_be_stored_under_a_machine_role_name():
+    """Every CoreFact about the user would be dropped: the integrations refuse it up front."""
+    from memsif_lite.integrations import Speakers
+
+    assert Speakers(user="Maya", assistant="Bot").user == "Maya"
+    for name in ("assistant", "System", " TOOL ", "ａｓｓｉｓｔａｎｔ"):
+        with pytest.raises(InvalidInputError, match="cannot be stored as"):
+            Speakers(user=name, assistant="Bot", system="Rules")
 
 
 def test_an_llm_fact_about_the_assistant_is_not_written(memory, llm_server):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fakes import file_at_schema, raw
 from memsif_lite.db.rewind import unpack
 from memsif_lite import Config, Memory, prompts, store
-from memsif_lite.errors import InvalidInputError, NotFoundError
+from memsif_lite.errors import InvalidInputError, NotFoundError, StorageCorruptError
 from memsif_lite.timeutil import now_stored
 
 CITIES = ["Lisbon", "Porto", "Madrid", "Berlin", "Oslo"]
@@ -209,6 +209,56 @@ def test_a_fact_stated_again_and_again_keeps_a_small_undo(tmp_path, embedder):
             state = fact_state(db)
             assert state == fact_state(old)
             assert {m for _, m in state["sources"]} == set(ana[:len(ana) - k - 1])
+
+
+def test_an_undo_puts_back_exactly_the_sources_a_fact_had(tmp_path, embedder):
+    """The image names only the sources a change adds (one the fact holds already is not taken
+    back out), and lists all it had once the change removes one; both undo to the sources before."""
+    db = tmp_path / "m.db"
+    t = datetime(2024, 1, 1, 9)
+    with Memory(db, embedder=embedder) as mem:
+        for i, text in enumerate(["I love jazz.", "Nice weather.", "See you soon.", "Great match."]):
+            mem.add("Ana", text, at=t + timedelta(days=i))
+        mem.process()
+        (fact,) = mem.facts()
+        m1, m2, m3, m4 = (m.id for m in mem.messages())
+        base = mem._db  # the data-access layer: a change that adds a held and a new source, and one
+        for sources, dropped in (([m1, m2], None), ([m3], m1)):  # that adds one and removes one
+            before = fact_state(db)["sources"]
+            with base.write():
+                with base.changes.record("fact.merge", "rule", undoable=True, facts=[fact.id]):
+                    base.facts.add_sources(fact.id, sources)
+                    if dropped is not None:
+                        base.facts.drop_source(dropped)
+            cid = mem.changes()[-1].id
+            with raw(db) as con:
+                image = json.loads(con.execute("SELECT undo FROM change_log WHERE id=?", (cid,)).fetchone()[0])
+            assert image["facts"][0]["before"] == {"row": image["facts"][0]["before"]["row"], "added": [m2]} \
+                if dropped is None else image["facts"][0]["before"]["sources"] == [m1]
+            assert fact_state(db)["sources"] != before
+            mem.undo(cid)
+            assert fact_state(db)["sources"] == before == {(fact.id, m1)}
+        assert m4
+
+
+@pytest.mark.parametrize("undo", [
+    "not json", "[]", '{"facts": [], "history": "1"}', '{"facts": [{"id": 1}], "history": []}',
+    '{"facts": [{"id": 1, "before": {"row": [], "added": []}}], "history": []}',
+    '{"facts": [{"id": 1, "before": {"row": [1,2,3,4,5,6,7,8,9,10], "added": "12"}}], "history": []}',
+    '{"facts": [{"id": 1, "before": {"row": [1,2,3,4,5,6,7,8,9,10], "sources": [1], "vector": "zz"}}], "history": []}',
+    '{"facts": [{"id": true, "before": null}], "history": []}'])
+def test_a_damaged_undo_record_is_a_clear_error_and_changes_nothing(tmp_path, embedder, undo):
+    db = tmp_path / "m.db"
+    with Memory(db, embedder=embedder) as mem:
+        _ana(mem)
+    cid = [c.id for c in Memory(db, embedder=embedder, read_only=True).changes(op="fact")][-1]
+    with apsw.Connection(str(db)) as con:
+        con.execute("UPDATE change_log SET undo=? WHERE id=?", (undo, cid))
+    state = fact_state(db)
+    with Memory(db, embedder=embedder) as mem:
+        with pytest.raises(StorageCorruptError, match=f"change {cid} cannot be undone"):
+            mem.undo(cid)
+    assert fact_state(db) == state
 
 
 def test_an_undone_decision_is_not_redone_by_a_merge_replay(tmp_path, embedder):

@@ -25,6 +25,7 @@ from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
 
+from ..errors import StorageCorruptError
 from ..store import change_uid
 from ..timeutil import from_stored, now_stored
 from ..types import Change
@@ -234,7 +235,8 @@ class ChangeLog(Table):
         wanted = list(dict.fromkeys(message_ids))
         held = {m for (m,) in self.rows_in(
             "SELECT message_id FROM fact_sources WHERE fact_id=? AND message_id IN ({marks})", wanted, (fid,))}
-        img["added"].extend(m for m in wanted if m not in held and m not in img["added"])
+        held.update(img["added"])
+        img["added"].extend(m for m in wanted if m not in held)
 
     def fact_sources(self, fid: int) -> list[int]:
         return [m for (m,) in self.con.execute(
@@ -343,7 +345,7 @@ class ChangeLog(Table):
         deleted, the others get their row, sources and vector back, the history it wrote goes.
         Returns the facts touched."""
         raw = self.con.execute("SELECT undo FROM change_log WHERE id=?", (cid,)).fetchone()[0]
-        undo = json.loads(raw)
+        undo = _undo_record(cid, raw)
         for h in undo["history"]:
             self.con.execute("DELETE FROM fact_history WHERE id=?", (h,))
         made = []
@@ -440,6 +442,42 @@ class ChangeLog(Table):
 #: what :meth:`ChangeLog.redact` erases of a row, and the test that it still holds some of it
 _ERASED = f"summary=NULL, undo=NULL, {IMAGE_COLUMN}=NULL"
 _HELD = f"summary IS NOT NULL OR undo IS NOT NULL OR {IMAGE_COLUMN} IS NOT NULL"
+
+
+def _undo_record(cid: int, raw: Any) -> dict[str, Any]:
+    """A change's undo record (JSON: ``{"facts": [{"id", "before"}], "history": [ids]}``, each
+    ``before`` null or ``{"row", "added" | "sources"[, "vector"]}``), or a clear error when it is not
+    one: a file from anyone may hold anything there."""
+    try:
+        undo = json.loads(raw)
+    except (TypeError, ValueError, RecursionError):
+        undo = None
+    if not (isinstance(undo, dict) and _int_list(undo.get("history")) and isinstance(undo.get("facts"), list)
+            and all(isinstance(item, dict) and _int_list([item.get("id")]) and "before" in item
+                    and _image_ok(item["before"])
+                    for item in undo["facts"])):
+        raise StorageCorruptError(f"change {cid} cannot be undone: its undo record is damaged; the memory file "
+                                  "is damaged or was edited (run `memsif check`)")
+    return undo
+
+
+def _int_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+
+
+def _image_ok(img: Any) -> bool:
+    if img is None:
+        return True
+    if not (isinstance(img, dict) and isinstance(img.get("row"), list) and len(img["row"]) == len(_FACT_COLS)
+            and _int_list(img.get("sources" if "sources" in img else "added"))):
+        return False
+    vector = img.get("vector")
+    if vector is None:
+        return True
+    try:
+        return isinstance(vector, str) and len(bytes.fromhex(vector)) > 0
+    except ValueError:
+        return False
 
 
 def _ids(raw: Any) -> dict[str, list[int]]:

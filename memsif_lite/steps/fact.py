@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..checks import INT64_MAX
-from ..core_facts import Candidate, FactDecision
+from ..core_facts import Candidate, FactDecision, about_a_person
 from ..db import QueuedStep
 from ..history import decision_key, fact_actor
 from ..timeutil import is_stored
@@ -33,6 +33,8 @@ class Fact(Step[Choice]):
     def decide(self, tools: Tools, row: QueuedStep) -> Choice | None:
         assert row.payload is not None
         c = Candidate.from_json(row.payload)
+        if not about_a_person(c):  # an assistant's "I love museums": no CoreFact (a step queued by an
+            return None            # older release, or carried by a merge, too)
         if not all(tools.db.messages.exists(m) for m in c.message_ids):
             # a source forgotten since: a forget now takes it out of the candidate, or drops the
             # candidate when it holds its words; one still citing it comes from a file forgotten
