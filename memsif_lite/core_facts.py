@@ -44,7 +44,7 @@ cite the subject's own line for a statement it took from elsewhere, an LLM's cha
 month and day names aside) is in a message the candidate cites, in the subject's name or in the
 fact it changes; otherwise the offline rule decides (:func:`grounded`).
 
-CoreFacts are about people: a candidate whose subject is a chat's assistant or system speaker
+CoreFacts are about people: a candidate whose subject is a chat's assistant, system or tool speaker
 (:data:`MACHINE_SPEAKERS`) is not written — an assistant's "I love museums" is small talk, and the
 first-person rules would make every such line a fact about it.
 """

@@ -252,7 +252,7 @@ class ChangeLog(Table):
         row = self.con.execute(f"SELECT {', '.join(_FACT_COLS)} FROM core_facts WHERE id=?", (fid,)).fetchone()
         if row is None:
             return None
-        return {"row": list(row), "added": []}  # its sources: those it holds now but these
+        return {"row": list(row), "added": []}  # its sources then: those it holds after, but the added
 
     # -- reading ------------------------------------------------------------------------------------
     def select(self, *, since: str | None = None, until: str | None = None, actor: str | None = None,

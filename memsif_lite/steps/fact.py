@@ -33,8 +33,8 @@ class Fact(Step[Choice]):
     def decide(self, tools: Tools, row: QueuedStep) -> Choice | None:
         assert row.payload is not None
         c = Candidate.from_json(row.payload)
-        if not about_a_person(c):  # an assistant's "I love museums": no CoreFact (a step queued by an
-            return None            # older release, or carried by a merge, too)
+        if not about_a_person(c):  # an assistant's "I love museums" (also a step an older release queued)
+            return None
         if not all(tools.db.messages.exists(m) for m in c.message_ids):
             # a source forgotten since: a forget now takes it out of the candidate, or drops the
             # candidate when it holds its words; one still citing it comes from a file forgotten
