@@ -20,7 +20,7 @@ from typing import Any
 from . import store
 from .db import Database
 from .db.rewind import Rewind
-from .db.rows import TRAJECTORY_ENTITIES, ActiveFactRow, most_frequent
+from .db.rows import ActiveFactRow
 from .db.structure import NO_COUNTS
 from .errors import MemoryFileError
 from .filters import MessageFilter
@@ -180,11 +180,11 @@ def trajectories_known_at(then: State, segments: list[Segment]) -> list[Trajecto
         ss = by_traj.get(r["id"], [])
         if r["entities"] is not None:
             counts = _counts(r["entities"])
-        else:  # the sum of its segments' (as linking them added them up), the most frequent kept
+        else:  # the sum of its segments' (as linking them added them up)
             total: Counter[str] = Counter()
             for seg in ss:
                 total.update(derived.get(seg.id, Counter()))
-            counts = dict(most_frequent(total, TRAJECTORY_ENTITIES))
+            counts = dict(total)
         out.append(Trajectory(r["id"], tuple(s.id for s in ss), tuple(m for s in ss for m in s.message_ids),
                               from_stored(r["start_at"]), from_stored(r["end_at"]), tuple(sorted(counts)),
                               r["title"] or label(counts)))

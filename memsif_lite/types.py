@@ -89,8 +89,7 @@ class Segment:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """An Event Trajectory: non-contiguous segments of one evolving event or task. ``entities``:
-    its most frequent key entities, at most ``db.rows.TRAJECTORY_ENTITIES`` (2,000) of them."""
+    """An Event Trajectory: non-contiguous segments of one evolving event or task."""
 
     id: int
     segment_ids: tuple[int, ...]

@@ -234,10 +234,3 @@ def test_chat_typing_finds_the_facts_of_a_conversation_however_it_is_typed(tmp_p
     assert res["statements_as_written"] == 5 and res["messages"] == 4
     for form in ("phone", "chat"):
         assert res[form] == {"statements": 5, "kept": 1.0, "new": 0}
-
-
-def test_trajectory_entities_benchmark_caps_what_a_link_reads_and_writes(tmp_path):
-    r = _run(str(ROOT / "benchmarks" / "trajectory_entities.py"), "--cap", "50", "--links", "200", cwd=tmp_path)
-    rows = [line for line in r.stdout.splitlines() if "entities met" in line]
-    assert len(rows) == 2 and rows[-1].split()[0] == str(200 * 10 + 11)
-    assert "cap 50" in r.stdout.splitlines()[0]

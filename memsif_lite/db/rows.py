@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -13,27 +13,7 @@ from ..int8 import dequantize, quantize
 from ..matching import unit
 
 __all__ = ["Unit", "Members", "FactRow", "MessageRow", "ActiveFactRow", "entity_json", "f32", "i8", "from_i8",
-           "sum_bytes", "from_sum", "TRAJECTORY_ENTITIES", "most_frequent"]
-
-
-#: the most entities an Event Trajectory keeps counts of: its most frequent (ties by name). Entities
-#: are names, numbers and salient nouns, so a trajectory that runs for years keeps meeting new ones,
-#: and its counts are read at every segment's candidate scoring and written at every link (10,000 of
-#: them: ~10 ms a link). φ's entity term is a Jaccard overlap with a segment's few entities: for a
-#: trajectory this large it is below 0.2 × 24 / 2,000 either way.
-TRAJECTORY_ENTITIES = 2000
-
-
-def most_frequent(counts: Mapping[str, int], k: int) -> Counter:
-    """The ``k`` entities with the highest counts (ties by name), with their counts."""
-    if len(counts) <= k:
-        return Counter(counts)
-    if k <= 0:
-        return Counter()
-    cut = sorted(counts.values(), reverse=True)[k - 1]  # the k-th highest count: those above it all stay
-    kept = Counter({e: n for e, n in counts.items() if n > cut})
-    kept.update(dict.fromkeys(sorted(e for e, n in counts.items() if n == cut)[:k - len(kept)], cut))
-    return kept
+           "sum_bytes", "from_sum"]
 
 
 def entity_json(c: Counter) -> str:

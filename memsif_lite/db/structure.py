@@ -13,7 +13,7 @@ from ..errors import StorageCorruptError
 from ..int8 import quantize
 from ..timeutil import is_stored
 from .base import Table
-from .rows import TRAJECTORY_ENTITIES, Members, MessageRow, Unit, entity_json, from_sum, most_frequent, sum_bytes
+from .rows import Members, MessageRow, Unit, entity_json, from_sum, sum_bytes
 from .messages import cache_ready, cached_search
 from .vector_cache import Allowed, VectorCache
 
@@ -166,8 +166,7 @@ class Structure(Table):
         table, vt = UNIT_TABLES[level]
         extra = ", n_segments=?" if n_segments is not None else ""
         total = sum_bytes(u.vec_sum)
-        counts = u.entities if level == "segment" else most_frequent(u.entities, TRAJECTORY_ENTITIES)
-        args: list = [u.n, entity_json(counts), u.start_at, u.end_at]
+        args: list = [u.n, entity_json(u.entities), u.start_at, u.end_at]
         if n_segments is not None:
             args.append(n_segments)
         kept = "" if level == "segment" else ", vec_sum=?"  # a segment's: in segment_sums (a linked one has none)
@@ -284,8 +283,7 @@ class Structure(Table):
     def create_trajectory(self, seg: Unit) -> int:
         self.con.execute(
             "INSERT INTO trajectories(n_segments, n_messages, vec_sum, entities, start_at, end_at) VALUES(1,?,?,?,?,?)",
-            (seg.n, sum_bytes(seg.vec_sum), entity_json(most_frequent(seg.entities, TRAJECTORY_ENTITIES)),
-             seg.start_at, seg.end_at))
+            (seg.n, sum_bytes(seg.vec_sum), entity_json(Counter(seg.entities)), seg.start_at, seg.end_at))
         tid = self.con.last_insert_rowid()
         self._put_vector("trajectory", tid, seg.mean, new=True)
         return tid
