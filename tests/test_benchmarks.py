@@ -234,3 +234,10 @@ def test_chat_typing_finds_the_facts_of_a_conversation_however_it_is_typed(tmp_p
     assert res["statements_as_written"] == 5 and res["messages"] == 4
     for form in ("phone", "chat"):
         assert res[form] == {"statements": 5, "kept": 1.0, "new": 0}
+
+
+def test_trajectory_entities_benchmark_times_links_as_the_vocabulary_grows(tmp_path):
+    r = _run(str(ROOT / "benchmarks" / "trajectory_entities.py"), "--links", "200", cwd=tmp_path)
+    rows = [line for line in r.stdout.splitlines() if "entities met" in line]
+    assert len(rows) == 2 and rows[-1].split()[0] == str(200 * 10 + 11)
+    assert all(float(line.split()[3]) > 0 for line in rows)
