@@ -222,7 +222,7 @@ class ChangeLog(Table):
             img["vector"] = None if row is None else bytes(row[0]).hex()
         if sources and "sources" not in img:
             added = set(img.pop("added"))
-            img["sources"] = [m for m in self.fact_sources(fid) if m not in added]
+            img["sources"] = [m for m in CoreFacts(self.con).sources(fid) if m not in added]
 
     def adding(self, fid: int, message_ids: Sequence[int]) -> None:
         """Called by :class:`RecordedFacts` before it adds these sources to fact ``fid``: the image
@@ -237,10 +237,6 @@ class ChangeLog(Table):
             "SELECT message_id FROM fact_sources WHERE fact_id=? AND message_id IN ({marks})", wanted, (fid,))}
         held.update(img["added"])
         img["added"].extend(m for m in wanted if m not in held)
-
-    def fact_sources(self, fid: int) -> list[int]:
-        return [m for (m,) in self.con.execute(
-            "SELECT message_id FROM fact_sources WHERE fact_id=? ORDER BY message_id", (fid,))]
 
     def created(self, fid: int) -> None:
         """Fact ``fid`` did not exist before this change."""
