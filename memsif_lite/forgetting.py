@@ -323,3 +323,5 @@ def recompute_unit(db: Database, level: str, uid: int) -> None:
     u = Unit(uid, len(members.ids), members.vec_sum, members.entity_counts(), min(members.ats), max(members.ats))
     n_segments = db.structure.segment_count(uid) if level == "trajectory" else None
     db.structure.save(level, u, n_segments=n_segments)
+    if level == "trajectory":
+        db.structure.set_entities(uid, u.entities)

@@ -22,7 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["normalised_cosine", "phi", "unit", "coherence", "overlap"]
+__all__ = ["normalised_cosine", "phi", "phi_given", "unit", "coherence", "overlap", "overlap_of"]
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -39,8 +39,14 @@ def phi(a: np.ndarray, ents_a: Iterable[str], b: np.ndarray, ents_b: Iterable[st
         levels: tuple[float, float]) -> float:
     """φ for two units given their mean embeddings (means of unit vectors, not re-normalised)
     and entity sets."""
+    return phi_given(a, b, overlap(_distinct(ents_a), _distinct(ents_b)), alpha=alpha, levels=levels)
+
+
+def phi_given(a: np.ndarray, b: np.ndarray, entity_overlap: float, *, alpha: float,
+              levels: tuple[float, float]) -> float:
+    """:func:`phi` with the entity part already computed (:func:`overlap`, :func:`overlap_of`)."""
     cos = float(np.dot(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
-    return alpha * normalised_cosine(cos, levels) + (1.0 - alpha) * overlap(_distinct(ents_a), _distinct(ents_b))
+    return alpha * normalised_cosine(cos, levels) + (1.0 - alpha) * entity_overlap
 
 
 def _distinct(ents: Iterable[str]) -> AbstractSet[str]:
@@ -52,11 +58,15 @@ def _distinct(ents: Iterable[str]) -> AbstractSet[str]:
 def overlap(a: AbstractSet[str], b: AbstractSet[str]) -> float:
     """:func:`~memsif_lite.entities.jaccard` of two sets, |A ∩ B| / (|A| + |B| − |A ∩ B|): the same
     counts and the same division, the intersection counted over the smaller set (no union built)."""
-    if not a and not b:
-        return 0.0
     small, large = (a, b) if len(a) <= len(b) else (b, a)
-    common = sum(1 for e in small if e in large)
-    return common / (len(a) + len(b) - common)
+    return overlap_of(sum(1 for e in small if e in large), len(a), len(b))
+
+
+def overlap_of(common: int, n_a: int, n_b: int) -> float:
+    """:func:`overlap` from the counts: ``common`` shared of ``n_a`` and ``n_b`` distinct entities."""
+    if not n_a and not n_b:
+        return 0.0
+    return common / (n_a + n_b - common)
 
 
 def coherence(vectors: np.ndarray, levels: tuple[float, float]) -> float:

@@ -178,7 +178,7 @@ def trajectories_known_at(then: State, segments: list[Segment]) -> list[Trajecto
     derived = _member_entities(then)
     for r in then["trajectories"]:
         ss = by_traj.get(r["id"], [])
-        if r["entities"] is not None:
+        if r["entities"] not in (None, NO_COUNTS):  # (a file before schema 22 kept them in the row)
             counts = _counts(r["entities"])
         else:  # the sum of its segments' (as linking them added them up)
             total: Counter[str] = Counter()

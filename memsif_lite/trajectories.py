@@ -17,7 +17,7 @@ from . import prompts
 from .db import Database, Unit
 from .db.structure import entity_counts
 from .llm import LLM
-from .matching import phi
+from .matching import overlap_of, phi_given
 from .errors import StaleError
 from .segments import label, list_segments, reads_lines, segment_lines
 from .timeutil import from_stored
@@ -101,10 +101,12 @@ class TrajectoryBuilder:
         """Top-K trajectories by φ: KNN on the semantic part first, then entity overlap."""
         structure = self.db.structure
         scored = []
+        ents = seg.entities.keys()
         for tid in structure.dense("trajectory", seg.mean, max(4 * self.top_k, 12)):
-            t = structure.load("trajectory", tid)
-            s = phi(seg.centroid, seg.entities.keys(), t.centroid, t.entities.keys(), alpha=self.alpha,
-                    levels=self.levels)
+            t = structure.load("trajectory", tid, counts=False)
+            common, held = structure.entity_overlap(tid, ents)
+            s = phi_given(seg.centroid, t.centroid, overlap_of(common, len(ents), held), alpha=self.alpha,
+                          levels=self.levels)
             scored.append((s, t))
         scored.sort(key=lambda x: (-x[0], x[1].id))
         return scored[: self.top_k]
@@ -140,11 +142,11 @@ class TrajectoryBuilder:
                 if structure.count_where_trajectory(tid) != n:
                     raise StaleError("a candidate trajectory changed")
             seg = structure.load("segment", segment_id)
-            traj = structure.load("trajectory", d.chosen) if d.chosen is not None else None
+            traj = structure.load("trajectory", d.chosen, counts=False) if d.chosen is not None else None
         if traj is not None:
             traj.add(seg.vec_sum, [], seg.start_at, seg.end_at, n=seg.n)
-            traj.entities.update(seg.entities)
             structure.save("trajectory", traj, n_segments=structure.segment_count(traj.id) + 1)
+            structure.add_entities(traj.id, seg.entities)
             tid = traj.id
         else:
             tid = structure.create_trajectory(seg)

@@ -244,9 +244,19 @@ def _downgrade(path: Path, script: str) -> None:
         con.close()
 
 
+def as_schema_21(path: Path) -> None:
+    """Turn a file back into what schema 21 wrote (before sql/0022): each trajectory's entity counts
+    one JSON object in its row (sorted, compact, as ``entity_json`` wrote them), no table of them."""
+    _downgrade(path, "BEGIN; UPDATE trajectories SET entities = (SELECT coalesce(json_group_object(entity, n), '{}') "
+                     "FROM trajectory_entities WHERE trajectory_id = trajectories.id); "
+                     "DROP TABLE trajectory_entities; DROP TABLE trajectory_entity_totals; "
+                     "PRAGMA user_version=21; COMMIT")
+
+
 def as_schema_20(path: Path) -> None:
-    """Turn a file back into what schema 20 wrote (before sql/0021): no index of the current facts
-    by statement or by slot."""
+    """Turn a file back into what schema 20 wrote (before sql/0021 and sql/0022): no index of the
+    current facts by statement or by slot."""
+    as_schema_21(path)
     _downgrade(path, "BEGIN; DROP INDEX core_facts_current_stated; DROP INDEX core_facts_current_slot; "
                      "PRAGMA user_version=20; COMMIT")
 

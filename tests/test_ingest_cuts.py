@@ -36,6 +36,7 @@ DERIVED = {
     "segment_sums": "segment_id, vec_sum",
     "message_units": "message_id, segment_id, entities, phi, decision",
     "trajectories": "id, n_segments, n_messages, vec_sum, entities, start_at, end_at, title",
+    "trajectory_entities": "trajectory_id, entity, n",
     "core_facts": "id, subject, type, stmt, slot, valid_from, valid_to, superseded_by, created_at, updated_at, origin",
     "fact_sources": "fact_id, message_id",
     "fact_history": "id, fact_id, at, op, stmt, detail",

@@ -109,7 +109,8 @@ def _check_stored_invariants(con, mem, cfg, embedder):
                           (t.id,)).fetchone()
         np.testing.assert_allclose(np.frombuffer(row[0], dtype=np.float32),
                                    sum(vec[m].astype(np.float64) for m in t.message_ids), atol=tol(t.message_ids))
-        assert set(json.loads(row[1])) == {e for m in t.message_ids for e in ents[m]}
+        held = dict(con.execute("SELECT entity, n FROM trajectory_entities WHERE trajectory_id=?", (t.id,)))
+        assert row[1] == "" and held == Counter(e for m in t.message_ids for e in ents[m])  # a row an entity (22)
         assert (row[2], row[3]) == (len(t.message_ids), len(t.segment_ids))
     # φ recomputed from the open segment as it was when each message arrived
     seg_of = {m: s for s in segs for m in s.message_ids}

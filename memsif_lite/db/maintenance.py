@@ -32,7 +32,8 @@ from .messages import CREATED_AT, SHORTEN_CONTENT_KEYS, id_problems, index_fullt
 from .partition import partition_problems
 from .queue import malformed_steps
 from .rewind import malformed_record_times
-from .structure import DROP_COUNTS, NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units
+from .structure import (COUNT_TRAJECTORY_ENTITIES, DROP_COUNTS, NO_SUM, SEGMENT_SUM, STOW_SUMS, malformed_units,
+                        trajectory_count_problems, trajectory_counts)
 
 __all__ = ["TABLES", "export_rows", "read_export", "import_rows", "check_connection", "backup", "compact", "FORMAT"]
 
@@ -85,11 +86,14 @@ def _no_constants(name: str) -> Any:
 def export_rows(con: Any) -> Iterator[dict]:
     meta = store.read_meta(con)
     yield {"format": FORMAT, "version": 1, "schema_version": store.latest_version(), "meta": meta}
+    counts = trajectory_counts(con)
     for table, cols in TABLES.items():
         # a segment's running sum, where it is kept (an export holds it in the segments row, as before schema 16);
         # a message's created_at, whole (schema 19 keeps '' where it is the message's known_at)
+        # a trajectory's entity counts as a JSON object in its row, as before schema 22 (trajectory_entities)
         sel = [SEGMENT_SUM if (table, c) == ("segments", "vec_sum") else CREATED_AT if (table, c) == (
-            "messages", "created_at") else c for c in cols]
+            "messages", "created_at") else counts if (table, c) == ("trajectories", "entities") else c
+            for c in cols]
         for row in con.execute(f"SELECT {', '.join(sel)} FROM {table} ORDER BY rowid"):
             yield {"table": table, "row": dict(zip(cols, (_enc(v) for v in row), strict=True))}
     for table in VEC_TABLES:
@@ -156,7 +160,9 @@ def import_rows(con: Any, rows: Iterator[dict], *, model_id: str, dim: int) -> d
         else:
             raise InvalidInputError(f"unknown table {table!r} in export")
         counts[table] = counts.get(table, 0) + 1
-    for sql in (*STOW_SUMS, DROP_COUNTS, SHORTEN_CONTENT_KEYS):  # what an older export holds in full
+    # what an export holds in full (a trajectory's entity counts, counted again from its members: every
+    # export; the others: an older one)
+    for sql in (*STOW_SUMS, DROP_COUNTS, SHORTEN_CONTENT_KEYS, *COUNT_TRAJECTORY_ENTITIES):
         con.execute(sql)
     con.execute("INSERT INTO message_fts(message_fts) VALUES('delete-all')")
     for mid, speaker, text in con.execute("SELECT id, speaker, text FROM messages").fetchall():
@@ -249,7 +255,8 @@ def check_connection(con: Any) -> list[str]:
     if fk:
         problems.append(f"{len(fk)} rows reference missing rows (first: {fk[0][0]})")
     problems += malformed_times(con) + malformed_record_times(con)
-    problems += malformed_units(con, dim) + malformed_steps(con)[:20] + id_problems(con)
+    problems += malformed_units(con, dim) + trajectory_count_problems(con) + malformed_steps(con)[:20]
+    problems += id_problems(con)
     problems += partition_problems(con, dim)
     return problems
 

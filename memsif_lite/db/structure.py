@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from .messages import cache_ready, cached_search
 from .vector_cache import Allowed, VectorCache
 
 __all__ = ["Structure", "UNIT_TABLES", "NO_SUM", "STOW_SUMS", "SEGMENT_SUM", "NO_COUNTS", "DROP_COUNTS",
-           "malformed_units"]
+           "COUNT_TRAJECTORY_ENTITIES", "trajectory_counts", "counts_kept", "malformed_units",
+           "trajectory_count_problems"]
 
 #: ``segments.vec_sum`` since schema 16: empty. A segment's running sum is most of its row's bytes
 #: and is needed only until the segment is linked to a trajectory (it is never added to again; its
@@ -48,6 +49,36 @@ _SEGMENT_COUNTS = ("CASE WHEN entities != '' OR trajectory_id IS NULL THEN entit
                    "json_each(CASE WHEN json_valid(u.entities) AND json_type(u.entities)='array' THEN u.entities "
                    "ELSE '[]' END) j WHERE u.segment_id=segments.id AND j.type='text' GROUP BY j.value)) END")
 
+#: a trajectory's entity counts as a JSON object (sorted, as :func:`~.rows.entity_json` writes them)
+_TRAJECTORY_COUNTS = ("(SELECT coalesce(json_group_object(e.entity, e.n), '{}') FROM trajectory_entities e "
+                      "WHERE e.trajectory_id = trajectories.id)")
+
+
+def counts_kept(con: Any) -> bool:
+    """Whether the file keeps trajectories' entity counts in ``trajectory_entities`` (schema 22;
+    a file of an older schema read as it is keeps them in the row: a JSON object)."""
+    return con.execute("SELECT 1 FROM sqlite_schema WHERE type='table' AND name='trajectory_entities'"
+                       ).fetchone() is not None
+
+
+def trajectory_counts(con: Any) -> str:
+    """The SQL of a ``trajectories`` row's entity counts as a JSON object, whatever the schema."""
+    return _TRAJECTORY_COUNTS if counts_kept(con) else "entities"
+#: (trajectory, entity, count) as its members' placements add up: what the stored rows must be
+_MEMBER_COUNTS = ("SELECT s.trajectory_id, j.value, count(*) FROM segments s "
+                  "JOIN message_units u ON u.segment_id = s.id, "
+                  "json_each(CASE WHEN json_valid(u.entities) AND json_type(u.entities) = 'array' "
+                  "THEN u.entities ELSE '[]' END) j "
+                  "WHERE s.trajectory_id IS NOT NULL AND j.type = 'text' GROUP BY 1, 2")
+#: a trajectory's entity counts since schema 22 are rows of ``trajectory_entities`` (one an entity;
+#: ``trajectories.entities`` keeps :data:`NO_COUNTS`), counted from its members: what the migration to
+#: schema 22 runs (sql/0022) and an import (an export holds them as a JSON object, as before)
+COUNT_TRAJECTORY_ENTITIES = ("DELETE FROM trajectory_entities", "DELETE FROM trajectory_entity_totals",
+                             f"INSERT INTO trajectory_entities(trajectory_id, entity, n) {_MEMBER_COUNTS}",
+                             "INSERT INTO trajectory_entity_totals(trajectory_id, n) SELECT trajectory_id, count(*) "
+                             "FROM trajectory_entities GROUP BY trajectory_id",
+                             "UPDATE trajectories SET entities = '' WHERE entities != ''")
+
 #: the two composite levels: table, vec0 table
 UNIT_TABLES = {"segment": ("segments", "segment_vec"), "trajectory": ("trajectories", "trajectory_vec")}
 _MEMBERS = {
@@ -57,16 +88,20 @@ _MEMBERS = {
 
 
 def _unit_problem(n: Any, blob: Any, entities: Any, start: Any, end: Any, dim: int, *,
-                  linked: bool = False) -> str | None:
+                  linked: bool = False, trajectory: bool = False) -> str | None:
     """Why a stored segment or trajectory row cannot be read, or None. A segment ``linked`` to a
-    trajectory keeps no running sum (schema 16: :data:`NO_SUM`)."""
+    trajectory keeps no running sum (schema 16: :data:`NO_SUM`); a ``trajectory`` keeps its entity
+    counts in ``trajectory_entities`` (schema 22: ``entities`` is :data:`NO_COUNTS`)."""
     if linked:
         pass
     elif not isinstance(blob, bytes) or len(blob) != 4 * dim:
         return f"its running sum holds {len(blob) if isinstance(blob, bytes) else 0} bytes, not {4 * dim}"
     if not isinstance(n, int) or n < 0:
         return "its message count is not a count"
-    if linked and entities == NO_COUNTS:
+    if trajectory:
+        if entities != NO_COUNTS:
+            return "its entities are not kept in trajectory_entities"
+    elif linked and entities == NO_COUNTS:
         pass
     elif not isinstance(entities, str) or _stored_counts(entities) is None:
         return "its entities are not a JSON object of counts"
@@ -117,14 +152,42 @@ def entity_counts(what: str, text: Any) -> dict[str, int]:
 def malformed_units(con: Any, dim: int) -> list[str]:
     """``memsif check``: segments and trajectories that :meth:`Structure.load` would refuse."""
     out = []
+    kept = counts_kept(con)
     for level, (table, _) in UNIT_TABLES.items():
         linked, blob = ("trajectory_id IS NOT NULL", SEGMENT_SUM) if table == "segments" else ("0", "vec_sum")
         for r in con.execute(f"SELECT id, n_messages, {blob}, entities, start_at, end_at, {linked} FROM {table} "
                              "ORDER BY id"):
-            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim, linked=bool(r[6]))
+            why = _unit_problem(r[1], r[2], r[3], r[4], r[5], dim, linked=bool(r[6]),
+                                trajectory=kept and level == "trajectory")
             if why is not None:
                 out.append(f"{level} {r[0]}: {why}")
     return out[:20]
+
+
+def trajectory_count_problems(con: Any) -> list[str]:
+    """``memsif check``: trajectories whose stored entity counts (``trajectory_entities``) are not
+    their members' placements' added up (one pass over ``message_units``: seconds at a million)."""
+    if not counts_kept(con):
+        return []  # a file of an older schema read as it is: the counts are in the row (checked above)
+    differ = con.execute(
+        f"WITH m(t, e, n) AS ({_MEMBER_COUNTS}), "
+        "s(t, e, n) AS (SELECT trajectory_id, entity, n FROM trajectory_entities) "
+        "SELECT t FROM (SELECT * FROM m EXCEPT SELECT * FROM s) UNION "
+        "SELECT t FROM (SELECT * FROM s EXCEPT SELECT * FROM m) ORDER BY 1").fetchall()
+    out = []
+    if differ:
+        ids = ", ".join(str(t) for (t,) in differ[:5])
+        out.append(f"{len(differ)} trajectories have entity counts that are not their members' (first: {ids})")
+    totals = con.execute(
+        "WITH c(t, n) AS (SELECT trajectory_id, count(*) FROM trajectory_entities GROUP BY 1), "
+        "s(t, n) AS (SELECT trajectory_id, n FROM trajectory_entity_totals WHERE n != 0) "
+        "SELECT t FROM (SELECT * FROM c EXCEPT SELECT * FROM s) UNION "
+        "SELECT t FROM (SELECT * FROM s EXCEPT SELECT * FROM c) ORDER BY 1").fetchall()
+    if totals:
+        ids = ", ".join(str(t) for (t,) in totals[:5])
+        out.append(f"{len(totals)} trajectories have a count of distinct entities that is not their rows' "
+                   f"(first: {ids})")
+    return out
 
 
 class Structure(Table):
@@ -142,13 +205,18 @@ class Structure(Table):
         self.caches[level].stage_set(uid, code)
 
     # -- units ---------------------------------------------------------------------------------
-    def load(self, level: str, uid: int) -> Unit:
+    def load(self, level: str, uid: int, *, counts: bool = True) -> Unit:
+        """A segment or trajectory as stored. ``counts=False``: a trajectory's entity counts are left
+        out (an empty Counter; a trajectory of a long life holds tens of thousands): φ asks
+        :meth:`entity_overlap`, a link adds to them with :meth:`add_entities`, and :meth:`save`
+        does not write them."""
         table = UNIT_TABLES[level][0]
         linked, blob = ("trajectory_id IS NOT NULL", SEGMENT_SUM) if level == "segment" else ("0", "vec_sum")
         row = self.con.execute(f"SELECT id, n_messages, {blob}, entities, start_at, end_at, {linked} FROM {table} "
                                "WHERE id=?", (uid,)).fetchone()
         dim = self.caches[level].dim
-        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], dim, linked=bool(row[6]))
+        kept = level == "trajectory" and counts_kept(self.con)
+        why = _unit_problem(row[1], row[2], row[3], row[4], row[5], dim, linked=bool(row[6]), trajectory=kept)
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
                                       "edited (run `memsif check`)")
@@ -156,24 +224,31 @@ class Structure(Table):
             members = self.member_vectors(level, uid)
             total = members.vec_sum
             counted = members.entity_counts() if row[3] == NO_COUNTS else Counter(_stored_counts(row[3]))
+        elif kept:
+            total = from_sum(row[2])
+            counted = Counter(dict(self.con.execute("SELECT entity, n FROM trajectory_entities WHERE trajectory_id=?",
+                                                    (uid,)).fetchall())) if counts else Counter()
         else:
             total = from_sum(row[2])
             counted = Counter(_stored_counts(row[3]))
         return Unit(row[0], row[1], total, counted, row[4], row[5])
 
     def save(self, level: str, u: Unit, *, n_segments: int | None = None) -> None:
-        """Write a unit's running state and its search vector."""
+        """Write a unit's running state and its search vector (a trajectory's entity counts are
+        not written: :meth:`add_entities`, :meth:`set_entities`)."""
         table, vt = UNIT_TABLES[level]
         extra = ", n_segments=?" if n_segments is not None else ""
         total = sum_bytes(u.vec_sum)
-        args: list = [u.n, entity_json(u.entities), u.start_at, u.end_at]
+        args: list = [u.n, u.start_at, u.end_at]
+        if level == "segment":  # a linked segment keeps no entity counts (:data:`NO_COUNTS`)
+            ents = "entities=CASE WHEN trajectory_id IS NULL THEN ? ELSE '' END, "
+            args = [entity_json(u.entities), *args]
+        else:
+            ents = ""
         if n_segments is not None:
             args.append(n_segments)
         kept = "" if level == "segment" else ", vec_sum=?"  # a segment's: in segment_sums (a linked one has none)
-        # a linked segment keeps no entity counts (:data:`NO_COUNTS`)
-        ents = "CASE WHEN trajectory_id IS NULL THEN ? ELSE '' END" if level == "segment" else "?"
-        self.con.execute(f"UPDATE {table} SET n_messages=?, entities={ents}, start_at=?, end_at=?{extra}{kept} "
-                         "WHERE id=?",
+        self.con.execute(f"UPDATE {table} SET {ents}n_messages=?, start_at=?, end_at=?{extra}{kept} WHERE id=?",
                          (*args, *([] if level == "segment" else [total]), u.id))
         if level == "segment":
             self.con.execute("UPDATE segment_sums SET vec_sum=? WHERE segment_id=?", (total, u.id))
@@ -182,6 +257,9 @@ class Structure(Table):
     def delete_unit(self, level: str, uid: int) -> None:
         table, vt = UNIT_TABLES[level]
         self.con.execute(f"DELETE FROM {vt} WHERE rowid=?", (uid,))
+        if level == "trajectory":
+            self.con.execute("DELETE FROM trajectory_entities WHERE trajectory_id=?", (uid,))
+            self.con.execute("DELETE FROM trajectory_entity_totals WHERE trajectory_id=?", (uid,))
         self.con.execute(f"DELETE FROM {table} WHERE id=?", (uid,))
         if level == "segment":
             self.con.execute("DELETE FROM segment_sums WHERE segment_id=?", (uid,))
@@ -283,10 +361,43 @@ class Structure(Table):
     def create_trajectory(self, seg: Unit) -> int:
         self.con.execute(
             "INSERT INTO trajectories(n_segments, n_messages, vec_sum, entities, start_at, end_at) VALUES(1,?,?,?,?,?)",
-            (seg.n, sum_bytes(seg.vec_sum), entity_json(Counter(seg.entities)), seg.start_at, seg.end_at))
+            (seg.n, sum_bytes(seg.vec_sum), NO_COUNTS, seg.start_at, seg.end_at))
         tid = self.con.last_insert_rowid()
+        self.add_entities(tid, seg.entities)
         self._put_vector("trajectory", tid, seg.mean, new=True)
         return tid
+
+    def add_entities(self, tid: int, counts: Mapping[str, int]) -> None:
+        """Add a linked segment's entity counts to its trajectory's (a row an entity: schema 22), and
+        the entities it had not held to its count of distinct ones."""
+        rows = [(tid, e, n) for e, n in sorted(counts.items()) if n]
+        if not rows:
+            return
+        new = len(rows) - self._held(tid, [e for _, e, _ in rows])
+        self.con.executemany(
+            "INSERT INTO trajectory_entities(trajectory_id, entity, n) VALUES(?,?,?) "
+            "ON CONFLICT(trajectory_id, entity) DO UPDATE SET n = n + excluded.n", rows)
+        if new:
+            self.con.execute("INSERT INTO trajectory_entity_totals(trajectory_id, n) VALUES(?,?) "
+                             "ON CONFLICT(trajectory_id) DO UPDATE SET n = n + excluded.n", (tid, new))
+
+    def set_entities(self, tid: int, counts: Mapping[str, int]) -> None:
+        """A trajectory's entity counts recounted (a forget, a merge's reset): replaced whole."""
+        self.con.execute("DELETE FROM trajectory_entities WHERE trajectory_id=?", (tid,))
+        self.con.execute("DELETE FROM trajectory_entity_totals WHERE trajectory_id=?", (tid,))
+        self.add_entities(tid, counts)
+
+    def entity_overlap(self, tid: int, entities: Iterable[str]) -> tuple[int, int]:
+        """(how many of ``entities`` the trajectory holds, how many it holds in all): φ's entity
+        Jaccard, by primary key (a lookup an entity, and its count of distinct ones kept beside)."""
+        row = self.con.execute("SELECT n FROM trajectory_entity_totals WHERE trajectory_id=?", (tid,)).fetchone()
+        return self._held(tid, sorted(set(entities))), 0 if row is None else int(row[0])
+
+    def _held(self, tid: int, entities: Sequence[str]) -> int:
+        """How many of the (distinct) ``entities`` the trajectory holds."""
+        return int(sum(n for (n,) in self.rows_in(
+            "SELECT count(*) FROM trajectory_entities WHERE trajectory_id=? AND entity IN ({marks})", entities,
+            (tid,))))
 
     def count_where_trajectory(self, tid: int) -> int:
         """A trajectory's message count (-1 if it no longer exists): its version for staleness checks."""
@@ -447,4 +558,5 @@ class Structure(Table):
 
     def trajectory_rows(self) -> list[tuple[int, str, str, str, str | None]]:
         """(id, entities JSON, start_at, end_at, title) of every trajectory."""
-        return self.con.execute("SELECT id, entities, start_at, end_at, title FROM trajectories ORDER BY id").fetchall()
+        return self.con.execute(f"SELECT id, {trajectory_counts(self.con)}, start_at, end_at, title FROM trajectories "
+                                "ORDER BY id").fetchall()
