@@ -57,9 +57,13 @@ def digest(path: Path) -> dict[str, list]:
     con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     con.enable_load_extension(True)
     con.load_extension(sqlite_vec.loadable_path())
+    from memsif_lite.db.structure import trajectory_counts
+
     out = {}
     for table, cols in TABLES.items():
         order = cols.split(",")[0] if cols != "*" else "1"
+        if table == "trajectories":  # its entity counts as a JSON object, whatever the schema (22: rows)
+            cols = cols.replace("entities", trajectory_counts(con))
         h, n = hashlib.sha256(), 0
         for row in con.execute(f"SELECT {cols} FROM {table} ORDER BY {order}"):
             h.update(repr(row).encode())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import apsw
+import pytest
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,7 +22,9 @@ from hypothesis import strategies as st
 from fakes import FakeEmbedder, as_schema_21, raw
 from memsif_lite import Config, Memory, store
 from memsif_lite.entities import jaccard
-from memsif_lite.matching import overlap, overlap_of
+from memsif_lite.errors import StorageCorruptError
+from memsif_lite.matching import overlap, overlap_of, phi
+from memsif_lite.trajectories import OfflineTrajectoryJudge, TrajectoryBuilder
 
 T = datetime(2024, 1, 1, 9)
 CFG = Config(sem_low=0.0, sem_high=1.0, trajectory_threshold=0.3)
@@ -113,6 +116,37 @@ def test_a_link_reads_and_writes_only_the_segments_entities(memory):
                     "INTEGER PRIMARY KEY (rowid=?)" in plan), plan
     assert not [s for s in ran if s.startswith("UPDATE trajectories") and "entities" in s]
     assert _held(con) == _member_counts(con) and mem.check() == []
+
+
+def test_candidates_score_as_phi_on_the_whole_counts(memory):
+    """Each candidate's score is φ of the segment and the trajectory with its counts read whole
+    (the schema 21 computation), to the bit."""
+    mem = memory(config=CFG)
+    _fill(mem, TOPICS * 2)
+    db = mem._db
+    builder = TrajectoryBuilder(db, alpha=CFG.alpha_trajectory, top_k=CFG.top_k,
+                                levels=(CFG.sem_low, CFG.sem_high), judge=OfflineTrajectoryJudge(0.3))
+    seen = 0
+    for seg in mem.segments():
+        unit = db.structure.load("segment", seg.id)
+        for score, t in builder.candidates(unit):
+            whole = db.structure.load("trajectory", t.id)
+            assert score == phi(unit.centroid, unit.entities.keys(), whole.centroid, whole.entities.keys(),
+                                alpha=CFG.alpha_trajectory, levels=(CFG.sem_low, CFG.sem_high))
+            seen += 1 if set(unit.entities) & set(whole.entities) else 0
+    assert seen  # some candidates shared entities with the segment
+
+
+def test_a_damaged_count_of_distinct_entities_is_a_clear_error(memory, db):
+    mem = memory(config=CFG)
+    _fill(mem, TOPICS)
+    mem.close()
+    with _writer(db) as con:
+        con.execute("DELETE FROM trajectory_entity_totals")
+    mem = memory(config=CFG)
+    with pytest.raises(StorageCorruptError, match="run `memsif check`"):
+        _fill(mem, TOPICS, start=10)  # φ would divide by zero: refused, nothing written
+    assert any("count of distinct entities" in p for p in mem.check())
 
 
 @given(st.sets(st.sampled_from("abcdefghij")), st.sets(st.sampled_from("abcdefghij")))

@@ -64,6 +64,8 @@ def counts_kept(con: Any) -> bool:
 def trajectory_counts(con: Any) -> str:
     """The SQL of a ``trajectories`` row's entity counts as a JSON object, whatever the schema."""
     return _TRAJECTORY_COUNTS if counts_kept(con) else "entities"
+
+
 #: (trajectory, entity, count) as its members' placements add up: what the stored rows must be
 _MEMBER_COUNTS = ("SELECT s.trajectory_id, j.value, count(*) FROM segments s "
                   "JOIN message_units u ON u.segment_id = s.id, "
@@ -180,7 +182,7 @@ def trajectory_count_problems(con: Any) -> list[str]:
         out.append(f"{len(differ)} trajectories have entity counts that are not their members' (first: {ids})")
     totals = con.execute(
         "WITH c(t, n) AS (SELECT trajectory_id, count(*) FROM trajectory_entities GROUP BY 1), "
-        "s(t, n) AS (SELECT trajectory_id, n FROM trajectory_entity_totals WHERE n != 0) "
+        "s(t, n) AS (SELECT trajectory_id, n FROM trajectory_entity_totals) "
         "SELECT t FROM (SELECT * FROM c EXCEPT SELECT * FROM s) UNION "
         "SELECT t FROM (SELECT * FROM s EXCEPT SELECT * FROM c) ORDER BY 1").fetchall()
     if totals:
@@ -391,7 +393,11 @@ class Structure(Table):
         """(how many of ``entities`` the trajectory holds, how many it holds in all): φ's entity
         Jaccard, by primary key (a lookup an entity, and its count of distinct ones kept beside)."""
         row = self.con.execute("SELECT n FROM trajectory_entity_totals WHERE trajectory_id=?", (tid,)).fetchone()
-        return self._held(tid, sorted(set(entities))), 0 if row is None else int(row[0])
+        common, total = self._held(tid, sorted(set(entities))), 0 if row is None else int(row[0])
+        if total < common:  # a damaged or edited file: a clear error, never a division by zero in φ
+            raise StorageCorruptError(f"trajectory {tid} holds {common} of these entities but counts {total} in all; "
+                                      "the memory file is damaged or was edited (run `memsif check`)")
+        return common, total
 
     def _held(self, tid: int, entities: Sequence[str]) -> int:
         """How many of the (distinct) ``entities`` the trajectory holds."""
