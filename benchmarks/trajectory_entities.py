@@ -56,7 +56,7 @@ def main() -> None:
                 new += 10
                 with db.write():  # as TrajectoryBuilder scores the candidate and links the segment to it
                     t = st.load("trajectory", tid, counts=False)
-                    st.entity_overlap(tid, seg.keys())
+                    st.entity_overlaps([tid], seg.keys())
                     t.add(v, [], t.start_at, t.end_at)
                     st.save("trajectory", t, n_segments=1)
                     st.add_entities(tid, seg)

@@ -102,9 +102,11 @@ class TrajectoryBuilder:
         structure = self.db.structure
         scored = []
         ents = seg.entities.keys()
-        for tid in structure.dense("trajectory", seg.mean, max(4 * self.top_k, 12)):
+        tids = structure.dense("trajectory", seg.mean, max(4 * self.top_k, 12))
+        overlaps = structure.entity_overlaps(tids, ents)
+        for tid in tids:
             t = structure.load("trajectory", tid, counts=False)
-            common, held = structure.entity_overlap(tid, ents)
+            common, held = overlaps[tid]
             s = phi_given(seg.centroid, t.centroid, overlap_of(common, len(ents), held), alpha=self.alpha,
                           levels=self.levels)
             scored.append((s, t))

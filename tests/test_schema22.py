@@ -107,13 +107,15 @@ def test_a_link_reads_and_writes_only_the_segments_entities(memory):
     assert any(s.startswith("INSERT INTO trajectory_entity_totals") for s in touching)
     assert any("entity IN" in s for s in touching)
     for s in touching:
-        assert s.startswith("INSERT INTO trajectory_entit") or "entity IN" in s or s.startswith(
-            "SELECT n FROM trajectory_entity_totals WHERE trajectory_id=?"), s
+        assert s.startswith("INSERT INTO trajectory_entit") or s.startswith(
+            "SELECT trajectory_id, n FROM trajectory_entity_totals WHERE trajectory_id IN (") or s.startswith(
+            "SELECT trajectory_id, count(*) FROM trajectory_entities WHERE trajectory_id IN ("), s
         if s.startswith("SELECT"):
             args = (1, *["x"] * s.count("?"))[:s.count("?")]
             plan = " ".join(str(r[-1]) for r in con.execute("EXPLAIN QUERY PLAN " + s, args))
             assert ("PRIMARY KEY (trajectory_id=? AND entity=?)" in plan if "entity IN" in s else
                     "INTEGER PRIMARY KEY (rowid=?)" in plan), plan
+            assert "SCAN" not in plan, plan
     assert not [s for s in ran if s.startswith("UPDATE trajectories") and "entities" in s]
     assert _held(con) == _member_counts(con) and mem.check() == []
 

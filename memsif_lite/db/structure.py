@@ -196,6 +196,11 @@ class Structure(Table):
     def __init__(self, con, caches: dict[str, VectorCache]):
         super().__init__(con)
         self.caches = caches  # level -> in-process copy of its vec0 table
+        self._kept = False  # trajectory_entities seen (a schema never goes back: asked until it is)
+
+    def _counts_kept(self) -> bool:
+        self._kept = self._kept or counts_kept(self.con)
+        return self._kept
 
     def _put_vector(self, level: str, uid: int, vec: np.ndarray, *, new: bool) -> None:
         code = quantize(vec)
@@ -210,14 +215,14 @@ class Structure(Table):
     def load(self, level: str, uid: int, *, counts: bool = True) -> Unit:
         """A segment or trajectory as stored. ``counts=False``: a trajectory's entity counts are left
         out (an empty Counter; a trajectory of a long life holds tens of thousands): φ asks
-        :meth:`entity_overlap`, a link adds to them with :meth:`add_entities`, and :meth:`save`
+        :meth:`entity_overlaps`, a link adds to them with :meth:`add_entities`, and :meth:`save`
         does not write them."""
         table = UNIT_TABLES[level][0]
         linked, blob = ("trajectory_id IS NOT NULL", SEGMENT_SUM) if level == "segment" else ("0", "vec_sum")
         row = self.con.execute(f"SELECT id, n_messages, {blob}, entities, start_at, end_at, {linked} FROM {table} "
                                "WHERE id=?", (uid,)).fetchone()
         dim = self.caches[level].dim
-        kept = level == "trajectory" and counts_kept(self.con)
+        kept = level == "trajectory" and self._counts_kept()
         why = _unit_problem(row[1], row[2], row[3], row[4], row[5], dim, linked=bool(row[6]), trajectory=kept)
         if why is not None:  # a crafted or damaged file: a clear error, never numpy's ValueError
             raise StorageCorruptError(f"{level} {uid} cannot be read: {why}; the memory file is damaged or was "
@@ -375,7 +380,7 @@ class Structure(Table):
         rows = [(tid, e, n) for e, n in sorted(counts.items()) if n]
         if not rows:
             return
-        new = len(rows) - self._held(tid, [e for _, e, _ in rows])
+        new = len(rows) - self.entity_overlaps([tid], [e for _, e, _ in rows])[tid][0]
         self.con.executemany(
             "INSERT INTO trajectory_entities(trajectory_id, entity, n) VALUES(?,?,?) "
             "ON CONFLICT(trajectory_id, entity) DO UPDATE SET n = n + excluded.n", rows)
@@ -389,21 +394,32 @@ class Structure(Table):
         self.con.execute("DELETE FROM trajectory_entity_totals WHERE trajectory_id=?", (tid,))
         self.add_entities(tid, counts)
 
-    def entity_overlap(self, tid: int, entities: Iterable[str]) -> tuple[int, int]:
-        """(how many of ``entities`` the trajectory holds, how many it holds in all): φ's entity
-        Jaccard, by primary key (a lookup an entity, and its count of distinct ones kept beside)."""
-        row = self.con.execute("SELECT n FROM trajectory_entity_totals WHERE trajectory_id=?", (tid,)).fetchone()
-        common, total = self._held(tid, sorted(set(entities))), 0 if row is None else int(row[0])
-        if total < common:  # a damaged or edited file: a clear error, never a division by zero in φ
-            raise StorageCorruptError(f"trajectory {tid} holds {common} of these entities but counts {total} in all; "
-                                      "the memory file is damaged or was edited (run `memsif check`)")
-        return common, total
+    def entity_overlaps(self, tids: Sequence[int], entities: Iterable[str]) -> dict[int, tuple[int, int]]:
+        """Per trajectory of ``tids``, (how many of ``entities`` it holds, how many it holds in all):
+        φ's entity Jaccard for each candidate, by primary key (a lookup a trajectory and entity, and
+        each one's count of distinct entities kept beside), two queries for them all."""
+        ids, asked = sorted(set(tids)), sorted(set(entities))
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        totals = dict(self.con.execute(
+            f"SELECT trajectory_id, n FROM trajectory_entity_totals WHERE trajectory_id IN ({marks})", ids))
+        common: dict[int, int] = {}
+        for start in range(0, len(asked), 500):  # (SQLite's variable limit)
+            chunk = asked[start:start + 500]
+            for tid, n in self.con.execute(
+                    f"SELECT trajectory_id, count(*) FROM trajectory_entities WHERE trajectory_id IN ({marks}) "
+                    f"AND entity IN ({','.join('?' * len(chunk))}) GROUP BY trajectory_id", (*ids, *chunk)):
+                common[tid] = common.get(tid, 0) + int(n)
+        out = {}
+        for tid in ids:
+            held, total = common.get(tid, 0), int(totals.get(tid, 0))
+            if total < held:  # a damaged or edited file: a clear error, never a division by zero in φ
+                raise StorageCorruptError(f"trajectory {tid} holds {held} of these entities but counts {total} in "
+                                          "all; the memory file is damaged or was edited (run `memsif check`)")
+            out[tid] = (held, total)
+        return out
 
-    def _held(self, tid: int, entities: Sequence[str]) -> int:
-        """How many of the (distinct) ``entities`` the trajectory holds."""
-        return int(sum(n for (n,) in self.rows_in(
-            "SELECT count(*) FROM trajectory_entities WHERE trajectory_id=? AND entity IN ({marks})", entities,
-            (tid,))))
 
     def count_where_trajectory(self, tid: int) -> int:
         """A trajectory's message count (-1 if it no longer exists): its version for staleness checks."""
