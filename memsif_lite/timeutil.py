@@ -139,6 +139,8 @@ def parse_locomo_date(s: str) -> datetime:
 
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+#: how many days "N <unit>s ago" goes back (a month as 30 days, a year as 365)
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
 #: time words as chat spells them, each read as the word it stands for ("tmrw", "last wk", "next
 #: tues"); not "sat", "sun" or "wed" (words of their own), nor "this yr" ("is this yr car?")
 _CHAT_TIME = {"tmrw": "tomorrow", "tmr": "tomorrow", "tmrow": "tomorrow", "2moro": "tomorrow", "2morrow": "tomorrow",
@@ -237,7 +239,7 @@ def _resolve(m: re.Match[str], said_at: datetime) -> tuple[str, bool]:
     elif m.group(2):
         n = _NUM.get(m.group(2).lower()) or int(m.group(2))
         unit = _plain_time(m.group(3))
-        days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
+        days = _UNIT_DAYS[unit] * n
         approx = unit != "day" or m.group(2).lower() in _VAGUE_COUNTS
         target = day_label(d - timedelta(days=days))
     else:
@@ -297,7 +299,7 @@ def _past(m: re.Match[str], d: datetime) -> tuple[datetime, str] | None:
     if m.group(2):
         n = _NUM.get(m.group(2).lower()) or int(m.group(2))
         unit = _plain_time(m.group(3))
-        back = d - timedelta(days={"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n)
+        back = d - timedelta(days=_UNIT_DAYS[unit] * n)
         return back, {"month": "month", "year": "year"}.get(unit, "day")
     if m.group(4):
         month = _MONTHS[m.group(4).lower()]
