@@ -420,7 +420,6 @@ class Structure(Table):
             out[tid] = (held, total)
         return out
 
-
     def count_where_trajectory(self, tid: int) -> int:
         """A trajectory's message count (-1 if it no longer exists): its version for staleness checks."""
         row = self.con.execute("SELECT n_messages FROM trajectories WHERE id=?", (tid,)).fetchone()
