@@ -36,7 +36,7 @@ from .filters import MessageFilter
 from .llm import LLM
 from .offline_evidence import offline_evidence, query_words, with_replies
 from .record_time import shown_as_then
-from .rendering import assemble
+from .rendering import assemble, fitting_facts
 from .retrieval import Retriever
 from .timeutil import day_label, from_stored, local_time, to_stored
 from .tokens import count_tokens
@@ -198,7 +198,7 @@ class QueryPipeline:
         lap = _Laps(timings if timings is not None else {})
         qvec = self.embed_query(question)
         lap("embed_query")
-        facts = self.facts(qvec, flt)
+        facts = fitting_facts(self.facts(qvec, flt), budget_tokens)  # judged as shown: those that fit
         lap("facts")
         sufficient = False
         if facts:

@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 from .tokens import count_tokens, joins_exactly
 from .types import EvidenceItem, FactItem
 
-__all__ = ["assemble"]
+__all__ = ["assemble", "fitting_facts"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -51,27 +51,46 @@ def _evidence_tokens(e: EvidenceItem) -> int:
     return count_tokens(f"- {e.speaker}:") + e.stmt_tokens
 
 
+_HEAD_F = "Facts from memory:"
+
+
+def _fitting(facts: Sequence[FactItem], budget: int) -> list[tuple[FactItem, int]]:
+    """The facts a context of ``budget`` tokens shows, with their lines' tokens: current ones before
+    those no longer current (each kind in the given order), while they fit in an eighth of the budget
+    — a fact that was replaced is not shown in place of the one replacing it."""
+    out: list[tuple[FactItem, int]] = []
+    used = 0
+    for f in sorted(facts, key=lambda f: f.valid_to is not None):  # (stable: rank order kept within)
+        n = count_tokens(_fact_line(f))
+        c = n + (count_tokens(_HEAD_F) if not out else 0)
+        if used + c > budget // 8:
+            break
+        out.append((f, n))
+        used += c
+    return out
+
+
+def fitting_facts(facts: Sequence[FactItem], budget: int) -> list[FactItem]:
+    """The facts :func:`assemble` shows in a context of ``budget`` tokens, in the order it shows them:
+    what a sufficiency check must judge (facts left out cannot make a context sufficient)."""
+    return [f for f, _ in _fitting(facts, budget)]
+
+
 def assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[EvidenceItem],
               budget: int) -> tuple[str, int, list[FactItem], list[EvidenceItem]]:
-    """Facts first (at most an eighth of the budget), then evidence in rank order while it fits; the
-    evidence is shown chronologically, under a line per day (the speaker's local date): a day costs
-    its tokens once, not on every line. Returns the text, its tokens and what it shows.
+    """Facts first (at most an eighth of the budget: :func:`fitting_facts`), then evidence in rank
+    order while it fits; the evidence is shown chronologically, under a line per day (the speaker's
+    local date): a day costs its tokens once, not on every line. Returns the text, its tokens and
+    what it shows.
 
     Each line is counted exactly and a newline costs nothing (the tokenizer takes it for a space
     between words): the text never exceeds ``budget``, since lines that start with "-", "[" or a
     heading never count more joined than alone. When every line also ends in a character that
     joins exactly, the sum of the line counts is the text's count (tokens.joins_exactly) and the
     text is not tokenized again."""
-    head_f, head_e = "Facts from memory:", "Evidence from past conversations (dated):"
-    used = 0
-    shown_f: list[tuple[FactItem, int]] = []
-    for f in facts:
-        n = count_tokens(_fact_line(f))
-        c = n + (count_tokens(head_f) if not shown_f else 0)
-        if used + c > budget // 8:
-            break
-        shown_f.append((f, n))
-        used += c
+    head_e = "Evidence from past conversations (dated):"
+    shown_f = _fitting(facts, budget)
+    used = sum(n for _, n in shown_f) + (count_tokens(_HEAD_F) if shown_f else 0)
     shown_e: list[tuple[EvidenceItem, int]] = []
     days: set[date] = set()
     for e in evidence:
@@ -87,7 +106,7 @@ def assemble(question: str, facts: Sequence[FactItem], evidence: Iterable[Eviden
         used += c
     lines: list[tuple[str, int]] = []
     if shown_f:
-        lines += [(head_f, count_tokens(head_f))] + [(_fact_line(f), n) for f, n in shown_f]
+        lines += [(_HEAD_F, count_tokens(_HEAD_F))] + [(_fact_line(f), n) for f, n in shown_f]
     if shown_e:
         lines.append((head_e, count_tokens(head_e)))
         last: date | None = None
