@@ -7,10 +7,15 @@ from typing import Any
 
 from .errors import InvalidInputError
 
-__all__ = ["check_question", "check_search", "check_page", "check_id", "check_text", "INT64_MAX"]
+__all__ = ["check_question", "check_search", "check_page", "check_id", "check_text", "INT64_MAX", "BUDGET_RANGE",
+           "K_RANGE"]
 
 #: the largest integer SQLite stores (ids beyond it cannot name anything)
 INT64_MAX = 2**63 - 1
+#: the budgets a context or an answer may be given, in tokens (the CLI's options say so too)
+BUDGET_RANGE = (50, 200_000)
+#: how many results a search may ask for
+K_RANGE = (1, 1000)
 
 
 def _int_in(value: Any, lo: int, hi: int, name: str) -> None:
@@ -44,14 +49,14 @@ def check_question(question: Any, budget_tokens: Any) -> None:
     if not isinstance(question, str) or not question.strip():
         raise InvalidInputError("question must be a non-empty string")
     check_text(question, "question")
-    _int_in(budget_tokens, 50, 200_000, "budget_tokens")
+    _int_in(budget_tokens, *BUDGET_RANGE, "budget_tokens")
 
 
 def check_search(query: Any, k: Any, level: Any) -> None:
     if not isinstance(query, str) or not query.strip():
         raise InvalidInputError("query must be a non-empty string")
     check_text(query, "query")
-    _int_in(k, 1, 1000, "k")
+    _int_in(k, *K_RANGE, "k")
     if level not in ("message", "segment", "trajectory"):
         raise InvalidInputError("level must be 'message', 'segment' or 'trajectory'")
 

@@ -284,6 +284,10 @@ class OnnxEmbedder:
                 self._load_locked()
 
     def _load_locked(self) -> None:
+        # onnxruntime 1.32 on Linux writes a device id and a telemetry store under ~/.cache/Microsoft at
+        # import, for its event uploader: memsif works offline and writes only the files asked for, so
+        # it is turned off unless the caller chose otherwise (an onnxruntime imported before is as it was)
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
         try:
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - an install requirement

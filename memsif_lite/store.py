@@ -495,6 +495,10 @@ def map_errors() -> Iterator[None]:
         for src, dst in _ERROR_MAP:
             if isinstance(e, src):
                 raise dst(_describe(dst, e)) from e
+        if isinstance(e, apsw.ReadOnlyError):  # the file, its folder or its -wal/-shm: not writable by this user
+            raise StorageError(f"the memory file cannot be written ({e}): it, its folder or the -wal/-shm files "
+                               "beside it are read-only for this user; fix their permissions, or open the file "
+                               "read-only (Memory(..., read_only=True)) to read it") from e
         raise StorageError(f"SQLite error: {e}") from e
 
 

@@ -336,3 +336,24 @@ def test_an_error_naming_what_a_hostile_file_holds_is_shown_not_sent(tmp_path, s
         assert r.exit_code == 1 and "schema" in r.stderr, r.output
         assert not [c for c in TERMINAL_ACTIVE if c in r.stderr], repr(r.stderr)
         assert "\\x1b]0;PWNED\\x07" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["search", "x", "-k", "0"], ["search", "x", "-k", "100000000"],
+                                  ["context", "x", "--budget", "10"], ["ask", "x", "--budget", "300000"]])
+def test_a_number_out_of_its_range_is_a_usage_error_naming_the_range(small_db, args):
+    """Found by a new user (stop 40): -k 0 exited 2 but -k 100000000 and --budget 10 exited 1."""
+    r = CliRunner().invoke(main, [*args, "--db", str(small_db)])
+    assert r.exit_code == 2 and "is not in the range" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_a_file_this_user_cannot_write_is_named_as_such():
+    """SQLite's "attempt to write a readonly database" (the file, its folder or its -wal/-shm not
+    writable by this user) says what to do about it."""
+    import apsw
+
+    from memsif_lite import StorageError, store
+
+    with pytest.raises(StorageError, match="read-only for this user; fix their permissions, or open the file "
+                                           r"read-only \(Memory\(\.\.\., read_only=True\)\)"):
+        with store.map_errors():
+            raise apsw.ReadOnlyError("attempt to write a readonly database")

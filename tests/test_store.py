@@ -221,3 +221,20 @@ def test_a_new_memory_file_is_never_created_through_a_dangling_link(tmp_path):
     with pytest.raises(MemoryFileError, match="symbolic link"):
         Memory(tmp_path / "m.db", embedder=FakeEmbedder())
     assert not (tmp_path / "elsewhere.db").exists()
+
+
+def test_the_bundled_model_writes_nothing_outside_the_memory_file(tmp_path):
+    """onnxruntime 1.32 writes a device id and a telemetry store under ~/.cache/Microsoft when it is
+    imported; memsif turns that off (ORT_DISABLE_TELEMETRY, unless the caller set it), so opening a
+    file and embedding with the bundled model writes the memory file and nothing else (a fresh
+    process: this one may have imported onnxruntime already)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    env["HOME"] = str(home)
+    env.pop("XDG_CACHE_HOME", None)
+    code = ("import sys; from memsif_lite import Memory\n"
+            "with Memory(sys.argv[1]) as m:\n"
+            "    m.add('Ana', 'I live in Lisbon'); assert m.search('where does Ana live?')\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.db")], env=env, check=True, cwd=tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == ["m.db"]

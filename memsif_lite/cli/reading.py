@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from memsif_lite import Memory
+from memsif_lite.checks import BUDGET_RANGE, K_RANGE
 
 from .boundary import command
 from .options import file_options, filter_options, llm_options, open_memory
@@ -32,7 +33,7 @@ def _search_lines(doc: Mapping[str, Any], **_: Any) -> Iterator[str]:
 @command()
 @click.argument("query")
 @file_options
-@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Number of results.")
+@click.option("-k", default=10, show_default=True, type=click.IntRange(*K_RANGE), help="Number of results.")
 @click.option("--level", type=click.Choice(["message", "segment", "trajectory"]), default="message", show_default=True)
 @filter_options
 @output(_search_lines)
@@ -46,7 +47,8 @@ def search(query: str, db: str, config: str | None, k: int, level: str, filters:
 @command()
 @click.argument("question")
 @file_options
-@click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
+@click.option("--budget", default=2000, show_default=True, type=click.IntRange(*BUDGET_RANGE),
+              help="Context budget in tokens.")
 @filter_options
 @output(lambda doc, **_: [doc["text"]])
 def context(question: str, db: str, config: str | None, budget: int, filters: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +77,8 @@ def _answer_lines(doc: Mapping[str, Any], *, show_evidence: int, **_: Any) -> It
 @click.argument("question")
 @file_options
 @llm_options
-@click.option("--budget", default=2000, show_default=True, help="Context budget in tokens.")
+@click.option("--budget", default=2000, show_default=True, type=click.IntRange(*BUDGET_RANGE),
+              help="Context budget in tokens.")
 @filter_options
 @click.option("--evidence", "show_evidence", default=5, show_default=True, type=click.IntRange(min=0),
               help="Evidence items to list (--json has all of them).")
