@@ -357,3 +357,17 @@ def test_a_file_this_user_cannot_write_is_named_as_such():
                                            r"read-only \(Memory\(\.\.\., read_only=True\)\)"):
         with store.map_errors():
             raise apsw.ReadOnlyError("attempt to write a readonly database")
+
+
+def test_a_speaker_map_storing_the_user_under_a_machine_name_is_refused(tmp_path):
+    """Found by a new user (stop 40): ``--speaker-map user=assistant`` was taken, and no CoreFact
+    about the user could ever be kept (they are dropped for the assistant's names, as
+    ``integrations.Speakers`` refuses such a user)."""
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"role": "user", "content": "I live in Porto", "at": "2024-01-01T10:00:00"}\n')
+    for spec in ("user=assistant", "user= System ", "assistant=Bot,user=Tool"):
+        r = CliRunner().invoke(main, ["ingest", str(chat), "--db", str(tmp_path / "m.db"), "--speaker-map", spec])
+        assert r.exit_code == 1 and "the user cannot be stored as" in r.output and "Traceback" not in r.output
+        assert not (tmp_path / "m.db").exists()
+    r = CliRunner().invoke(main, ["ingest", str(chat), "--db", str(tmp_path / "m.db"), "--speaker-map", "user=Sam"])
+    assert r.exit_code == 0, r.output
