@@ -497,8 +497,8 @@ def map_errors() -> Iterator[None]:
                 raise dst(_describe(dst, e)) from e
         if isinstance(e, apsw.ReadOnlyError):  # the file, its folder or its -wal/-shm: not writable by this user
             raise StorageError(f"the memory file cannot be written ({e}): it, its folder or the -wal/-shm files "
-                               "beside it are read-only for this user; fix their permissions, or open the file "
-                               "read-only (Memory(..., read_only=True)) to read it") from e
+                               "beside it are read-only for this user; fix their permissions (to read the file "
+                               "only: Memory(..., read_only=True))") from e
         raise StorageError(f"SQLite error: {e}") from e
 
 

@@ -353,8 +353,8 @@ def test_a_file_this_user_cannot_write_is_named_as_such():
 
     from memsif_lite import StorageError, store
 
-    with pytest.raises(StorageError, match="read-only for this user; fix their permissions, or open the file "
-                                           r"read-only \(Memory\(\.\.\., read_only=True\)\)"):
+    with pytest.raises(StorageError, match=r"read-only for this user; fix their permissions \(to read the file "
+                                           r"only: Memory\(\.\.\., read_only=True\)\)"):
         with store.map_errors():
             raise apsw.ReadOnlyError("attempt to write a readonly database")
 
