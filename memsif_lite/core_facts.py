@@ -82,8 +82,9 @@ CONTEXT_MESSAGES = 6
 
 #: the chat roles that are no person: the speakers memsif stores them as by default (its
 #: integrations, :class:`memsif_lite.integrations.Speakers`; its importers, which keep a role's own
-#: name; the MCP server's ``assistant``), compared by :func:`machine_speaker`
-MACHINE_SPEAKERS = frozenset({"assistant", "system", "developer", "tool", "function"})
+#: name; the MCP server's ``assistant``), and Gemini's role for the assistant, ``model`` (no person's
+#: name; LangChain's ``ai`` message type is left out: Ai is a given name), compared by :func:`machine_speaker`
+MACHINE_SPEAKERS = frozenset({"assistant", "system", "developer", "tool", "function", "model"})
 
 
 def machine_speaker(name: str) -> bool:

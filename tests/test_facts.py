@@ -184,10 +184,13 @@ def test_an_assistant_or_system_speaker_gets_no_core_facts(memory):
         ("Maya", "I love jazz."), ("assistant", "I love museums too! I live in the cloud."),
         ("System", "I want you to answer briefly. I am a helpful assistant."),
         (" ASSISTANT ", "I'm allergic to nothing, I live in Porto."), ("ｔｏｏｌ", "I love rain."),
-        ("developer", "I live in Lisbon."), ("Maya", "I live in Porto.")])])
+        ("developer", "I live in Lisbon."), ("model", "I live in a data centre."), ("Ai", "I love long walks."),
+        ("Maya", "I live in Porto.")])])
     mem.add("Maya", "bye", at=T0 + timedelta(days=2))  # the segment closes
     mem.process()
-    assert sorted(f.stmt for f in mem.facts(include_superseded=True)) == ["Maya lives in Porto", "Maya loves jazz"]
+    # (Gemini's "model" is a machine's role; "Ai" is a person's given name, and LangChain's "ai" type with it)
+    assert sorted(f.stmt for f in mem.facts(include_superseded=True)) == ["Ai loves long walks", "Maya lives in Porto",
+                                                                          "Maya loves jazz"]
 
 
 def test_the_user_cannot_be_stored_under_a_machine_role_name():
