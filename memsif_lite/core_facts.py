@@ -179,6 +179,28 @@ class OperationChooser(Protocol):
 #: slots whose new value always replaces the old one (others need a statement of change)
 ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
+#: a role stated with its workplace ("Sam works as a nurse at Charite"): the fact holds a value of
+#: the "works at" slot too, so a new workplace ends it, and it ends an earlier workplace
+_ROLE_AT_PLACE = re.compile(r"\bworks as \S.*? at (?:the )?[A-Z0-9]")
+
+
+def _slots(slot: str | None, stmt: str) -> set[str]:
+    """The slots a statement of ``slot`` holds a value of (:data:`_ROLE_AT_PLACE`)."""
+    if not slot:
+        return set()
+    return {slot, "works at"} if slot == "works as" and _ROLE_AT_PLACE.search(stmt) else {slot}
+
+
+def _sharing_slot(facts: Any, c: Candidate) -> list[FactRow]:
+    """The subject's current facts of the candidate's type holding a value of a slot it holds (its
+    own slot's, and a role stated with its workplace for "works at", and the other way round)."""
+    held = _slots(c.slot, c.stmt)
+    stored = set(held) | ({"works as"} if "works at" in held else set())
+    out: list[FactRow] = []
+    for slot in sorted(stored):
+        out += [r for r in facts.current_in_slot(c.subject, c.type, slot) if held & _slots(r.slot, r.stmt)]
+    return out
+
 
 def exact_duplicate(c: Candidate, related: Sequence[FactRow], *, may_end: bool = True) -> Operation | None:
     """For a candidate the first of ``related`` states again (same subject and type, the same
@@ -201,7 +223,8 @@ def exact_duplicate(c: Candidate, related: Sequence[FactRow], *, may_end: bool =
 
 class OfflineOperationChooser:
     """Merge an exact duplicate; Supersede an earlier value of the same slot (same kind: "lives
-    in" vs "works at" vs "works as" vs one habit) when the new statement reports a change, the
+    in" vs "works at" vs "works as" vs one habit; a role stated with its workplace, "works as a
+    nurse at Charite", holds a "works at" value too) when the new statement reports a change, the
     slot holds one value only (name, age, diet, a favourite) or the earlier value says it no
     longer holds ("Sam quit their job"); else Add: a plain "I live in De Pijp" after "I live in
     Amsterdam" refines, it does not replace, and a value never supersedes one from the same
@@ -212,8 +235,9 @@ class OfflineOperationChooser:
         if duplicate is not None:
             return duplicate
         if c.slot:
+            held = _slots(c.slot, c.stmt)
             for r in related:
-                if (same_subject(r.subject, c.subject) and r.slot == c.slot and r.valid_from < c.at
+                if (same_subject(r.subject, c.subject) and held & _slots(r.slot, r.stmt) and r.valid_from < c.at
                         and (c.change or c.slot in ALWAYS_SINGLE or c.slot.startswith("favourite ")
                              or is_negation(r.stmt, r.subject))):
                     return Operation("supersede", r.id, c.stmt)
@@ -297,8 +321,7 @@ class CoreFactWriter:
                 near += 1
                 if near == k:
                     break
-        for more in ((facts.current_in_slot(c.subject, c.type, c.slot) if c.slot else []),
-                     facts.current_like(c.subject, c.type)):
+        for more in (_sharing_slot(facts, c), facts.current_like(c.subject, c.type)):
             have = {r.id for r in rows}
             rows += [r for r in more if r.id not in have and same_subject(r.subject, c.subject)]
         return rows[:k + 5]
@@ -371,7 +394,7 @@ class CoreFactWriter:
         if op.name == "supersede" and op.target is not None:
             targets.append(op.target)
             if c.change and c.slot:  # ... and, a stated change, every earlier value of its slot
-                targets += [r.id for r in facts.current_in_slot(c.subject, c.type, c.slot)
+                targets += [r.id for r in _sharing_slot(facts, c)
                             if r.id not in (op.target, fid) and r.valid_from < c.at]
         else:
             facts.log(fid, "add", op.stmt, None, now)

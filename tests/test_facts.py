@@ -402,3 +402,25 @@ def test_a_restated_change_never_leaves_two_current_copies(memory, case):
     current = [f.stmt for f in mem.facts() if " lives in " in f.stmt]
     assert current.count("Maya lives in Lisbon") == 1, current
     assert current == ["Maya lives in Lisbon"] or late  # moved in May: Porto ends (out of order: a merge)
+
+
+@pytest.mark.parametrize("first, replaced", [("I work as a nurse at Charite.", True),
+                                             ("I work as a nurse at the Charite hospital.", True),
+                                             ("I work as a teacher for kids.", False),
+                                             ("I work at Charite.", True)])
+def test_a_new_workplace_ends_a_role_stated_with_its_workplace(memory, first, replaced):
+    """Found by a new user (stop 40): "I work as a nurse at Charite", then "I started a new job at
+    UKE hospital", left the nurse at Charite current beside the new job — a role stated with its
+    workplace holds a value of the workplace's slot too; a role without one stays."""
+    mem = memory(config=FACTS_CONFIG)
+    mem.add("Sam", first, at=T0)
+    mem.add("Sam", "ok", at=T0 + timedelta(days=1))
+    mem.add("Sam", "I started a new job at UKE hospital!", at=T0 + timedelta(days=40))
+    mem.add("Sam", "bye", at=T0 + timedelta(days=80))  # the segment closes
+    mem.process()
+    facts = {f.stmt: f for f in mem.facts(include_superseded=True)}
+    old = next(f for s, f in facts.items() if s.startswith("Sam works") and "UKE" not in s)
+    assert facts["Sam works at UKE hospital"].valid_to is None
+    assert (old.valid_to is not None) == replaced, facts
+    if replaced:
+        assert old.superseded_by == facts["Sam works at UKE hospital"].id
