@@ -622,6 +622,11 @@ def connect(
         con = apsw.Connection(name, flags=flags)
     except apsw.Error as e:
         raise MemoryFileError(f"cannot open {path}: {e}") from e
+    if not readonly and con.readonly("main"):  # SQLite opened it read-only: this user cannot write it
+        con.close()
+        raise MemoryFileError(f"cannot open {path} for writing: the file is read-only for this user (its "
+                              "permissions, an immutable attribute or a read-only disk); open it read-only "
+                              "(Memory(..., read_only=True)) to read it")
     try:
         try:
             _apply_key(con, key)

@@ -238,3 +238,27 @@ def test_the_bundled_model_writes_nothing_outside_the_memory_file(tmp_path):
             "    m.add('Ana', 'I live in Lisbon'); assert m.search('where does Ana live?')\n")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.db")], env=env, check=True, cwd=tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == ["m.db"]
+
+
+def test_a_file_this_user_cannot_write_is_refused_at_open_and_reads_read_only(tmp_path):
+    """Found by a new user (stop 40): a memory file read-only on disk opened for writing without a
+    word, then failed at the first write. SQLite opens such a file read-only: memsif refuses it at
+    open, naming why, and reads it with ``read_only=True``. (Made unwritable with ``chattr +i``:
+    root, which runs these tests, ignores permission bits.)"""
+    import shutil
+
+    from memsif_lite import Memory, MemoryFileError
+
+    db = tmp_path / "m.db"
+    with Memory(db, embedder=FakeEmbedder()) as mem:
+        mem.add("Ana", "I live in Lisbon")
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("no chattr +i here (a filesystem without it, or no privilege)")
+    try:
+        with pytest.raises(MemoryFileError, match="read-only for this user.*read_only=True"):
+            Memory(db, embedder=FakeEmbedder())
+        with Memory(db, embedder=FakeEmbedder(), read_only=True) as mem:
+            assert [m.text for m in mem.messages()] == ["I live in Lisbon"]
+    finally:
+        subprocess.run([chattr, "-i", str(db)], check=True)
