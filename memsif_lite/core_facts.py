@@ -179,27 +179,37 @@ class OperationChooser(Protocol):
 #: slots whose new value always replaces the old one (others need a statement of change)
 ALWAYS_SINGLE = frozenset({"name", "age", "diet"})
 
-#: a role stated with its workplace ("Sam works as a nurse at Charite"): the fact holds a value of
-#: the "works at" slot too, so a new workplace ends it, and it ends an earlier workplace
-_ROLE_AT_PLACE = re.compile(r"\bworks as \S.*? at (?:the )?[A-Z0-9]")
+#: a role stated with its workplace ("Sam works as a nurse at Charite"): the stored fact holds a
+#: value of the "works at" slot too, so a new workplace ends it (one way only: a promotion "at the
+#: Berlin office" does not end the workplace, a quit naming a place does not end a role elsewhere)
+_ROLE_AT_PLACE = re.compile(r"\bworks as \S.*? at (?:the )?[A-Z]")
 
 
-def _slots(slot: str | None, stmt: str) -> set[str]:
-    """The slots a statement of ``slot`` holds a value of (:data:`_ROLE_AT_PLACE`)."""
+def _stored_slots(slot: str | None, stmt: str) -> set[str]:
+    """The slots a stored fact of ``slot`` holds a value of (:data:`_ROLE_AT_PLACE`)."""
     if not slot:
         return set()
     return {slot, "works at"} if slot == "works as" and _ROLE_AT_PLACE.search(stmt) else {slot}
 
 
+def _in_slot(c: Candidate, r: FactRow) -> bool:
+    """Whether stored fact ``r`` holds a value of the candidate's slot: its own, or a role stated with
+    its workplace for a new workplace (not for a quit: "Sam quit their job at Siemens" names its own)."""
+    if not c.slot:
+        return False
+    if r.slot == c.slot:
+        return True
+    return c.slot == "works at" and not is_negation(c.stmt, c.subject) and c.slot in _stored_slots(r.slot, r.stmt)
+
+
 def _sharing_slot(facts: Any, c: Candidate) -> list[FactRow]:
-    """The subject's current facts of the candidate's type holding a value of a slot it holds (its
-    own slot's, and a role stated with its workplace for "works at", and the other way round)."""
-    held = _slots(c.slot, c.stmt)
-    stored = set(held) | ({"works as"} if "works at" in held else set())
-    out: list[FactRow] = []
-    for slot in sorted(stored):
-        out += [r for r in facts.current_in_slot(c.subject, c.type, slot) if held & _slots(r.slot, r.stmt)]
-    return out
+    """The subject's current facts of the candidate's type holding a value of its slot (:func:`_in_slot`)."""
+    if not c.slot:
+        return []
+    rows = facts.current_in_slot(c.subject, c.type, c.slot)
+    if c.slot == "works at":
+        rows += [r for r in facts.current_in_slot(c.subject, c.type, "works as") if _in_slot(c, r)]
+    return rows
 
 
 def exact_duplicate(c: Candidate, related: Sequence[FactRow], *, may_end: bool = True) -> Operation | None:
@@ -215,7 +225,7 @@ def exact_duplicate(c: Candidate, related: Sequence[FactRow], *, may_end: bool =
     if dup is None:
         return None
     if may_end and c.change and c.slot and dup.valid_from < c.at and any(
-            same_subject(r.subject, c.subject) and r.type == c.type and r.slot == c.slot and r.valid_from < c.at
+            same_subject(r.subject, c.subject) and r.type == c.type and _in_slot(c, r) and r.valid_from < c.at
             and normalise(r.stmt) != key for r in related):
         return Operation("supersede", dup.id, c.stmt)
     return Operation("merge", dup.id, dup.stmt)
@@ -224,7 +234,7 @@ def exact_duplicate(c: Candidate, related: Sequence[FactRow], *, may_end: bool =
 class OfflineOperationChooser:
     """Merge an exact duplicate; Supersede an earlier value of the same slot (same kind: "lives
     in" vs "works at" vs "works as" vs one habit; a role stated with its workplace, "works as a
-    nurse at Charite", holds a "works at" value too) when the new statement reports a change, the
+    nurse at Charite", holds a "works at" value a new workplace ends) when the new statement reports a change, the
     slot holds one value only (name, age, diet, a favourite) or the earlier value says it no
     longer holds ("Sam quit their job"); else Add: a plain "I live in De Pijp" after "I live in
     Amsterdam" refines, it does not replace, and a value never supersedes one from the same
@@ -235,9 +245,8 @@ class OfflineOperationChooser:
         if duplicate is not None:
             return duplicate
         if c.slot:
-            held = _slots(c.slot, c.stmt)
             for r in related:
-                if (same_subject(r.subject, c.subject) and held & _slots(r.slot, r.stmt) and r.valid_from < c.at
+                if (same_subject(r.subject, c.subject) and _in_slot(c, r) and r.valid_from < c.at
                         and (c.change or c.slot in ALWAYS_SINGLE or c.slot.startswith("favourite ")
                              or is_negation(r.stmt, r.subject))):
                     return Operation("supersede", r.id, c.stmt)

@@ -626,7 +626,7 @@ def connect(
         con.close()
         raise MemoryFileError(f"cannot open {path} for writing: the file is read-only for this user (its "
                               "permissions, an immutable attribute or a read-only disk); open it read-only "
-                              "(Memory(..., read_only=True)) to read it")
+                              "(Memory(..., read_only=True); memsif's reading commands do) to read it")
     try:
         try:
             _apply_key(con, key)
