@@ -63,7 +63,7 @@ from . import prompts
 from .config import FactType
 from .db import Database, FactRow, MessageRow, from_messages
 from .entities import normalise
-from .errors import StaleError
+from .errors import InvalidInputError, StaleError
 from .fact_changes import ended_by, ends_any, is_negation
 from .fact_extraction import Candidate, extract_offline
 from .fulltext import compose
@@ -73,7 +73,7 @@ from .timeutil import now_stored
 __all__ = ["Candidate", "Operation", "FactExtractor", "OfflineFactExtractor", "LLMFactExtractor",
            "OperationChooser", "OfflineOperationChooser", "LLMOperationChooser", "CoreFactWriter", "FactDecision",
            "extract_offline", "same_subject", "exact_duplicate", "CONTEXT_MESSAGES", "MACHINE_SPEAKERS",
-           "about_a_person", "machine_speaker"]
+           "about_a_person", "machine_speaker", "check_user_speaker"]
 
 log = logging.getLogger("memsif_lite")
 
@@ -91,6 +91,14 @@ def machine_speaker(name: str) -> bool:
     """Whether ``name`` is one of :data:`MACHINE_SPEAKERS` (Unicode compatibility forms, case and
     spacing aside: "Assistant", "ａｓｓｉｓｔａｎｔ")."""
     return " ".join(unicodedata.normalize("NFKC", name).casefold().split()) in MACHINE_SPEAKERS
+
+
+def check_user_speaker(name: str) -> None:
+    """Refuse ``name`` as the speaker a chat's user is stored as when it is a :func:`machine_speaker`
+    (no CoreFact about her would ever be kept): :class:`InvalidInputError`."""
+    if machine_speaker(name):
+        raise InvalidInputError(f"the user cannot be stored as {name.strip()!r}, a name memsif keeps for a chat's "
+                                "assistant, system or tool role")
 
 
 def about_a_person(c: Candidate) -> bool:

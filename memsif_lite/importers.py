@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .core_facts import machine_speaker
+from .core_facts import check_user_speaker
 from .errors import InvalidInputError
 from .ingest import MessageIn
 from .timeutil import parse_locomo_date
@@ -59,9 +59,8 @@ def parse_speaker_map(spec: str | None) -> SpeakerMap:
         role, sep, name = part.partition("=")
         if not sep or not role.strip() or not name.strip():
             raise InvalidInputError(f"speaker map entries look like role=Name, got {part.strip()!r}")
-        if role.strip() == "user" and machine_speaker(name):  # no CoreFact is kept about such a speaker
-            raise InvalidInputError(f"the user cannot be stored as {name.strip()!r}, a name memsif keeps for a chat's "
-                                    "assistant, system or tool role")
+        if role.strip() == "user":
+            check_user_speaker(name)
         out[role.strip()] = name.strip()
     return out
 

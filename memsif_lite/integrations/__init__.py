@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from ..core_facts import machine_speaker
+from ..core_facts import check_user_speaker
 from ..errors import InvalidInputError
 
 __all__ = ["Speakers", "now_utc"]
@@ -35,9 +35,7 @@ class Speakers:
             raise InvalidInputError("speaker names must be non-empty strings")
         if len({" ".join(n.split()) for n in names}) != 3:
             raise InvalidInputError("the user, assistant and system speakers must be three different names")
-        if machine_speaker(self.user):  # no CoreFact is kept about such a speaker
-            raise InvalidInputError(f"the user cannot be stored as {self.user!r}, a name memsif keeps for a "
-                                    "chat's assistant, system or tool role")
+        check_user_speaker(self.user)
 
     def speaker(self, role: str) -> str | None:
         """The speaker a role is stored as; None for a role that is not chat (tool, function...)."""
