@@ -481,6 +481,7 @@ _ERROR_MAP: tuple[tuple[type[BaseException], type[StorageError]], ...] = (
     (apsw.FullError, StorageFullError),
     (apsw.CorruptError, StorageCorruptError),
     (apsw.NotADBError, StorageCorruptError),
+    (apsw.ReadOnlyError, StorageError),
 )
 
 
@@ -495,14 +496,13 @@ def map_errors() -> Iterator[None]:
         for src, dst in _ERROR_MAP:
             if isinstance(e, src):
                 raise dst(_describe(dst, e)) from e
-        if isinstance(e, apsw.ReadOnlyError):  # the file, its folder or its -wal/-shm: not writable by this user
-            raise StorageError(f"the memory file cannot be written ({e}): it, its folder or the -wal/-shm files "
-                               "beside it are read-only for this user; fix their permissions (to read the file "
-                               "only: Memory(..., read_only=True))") from e
         raise StorageError(f"SQLite error: {e}") from e
 
 
 def _describe(kind: type[StorageError], e: BaseException) -> str:
+    if isinstance(e, apsw.ReadOnlyError):  # the file, its folder or its -wal/-shm: not writable by this user
+        return (f"the memory file cannot be written ({e}): it, its folder or the -wal/-shm files beside it are "
+                "read-only for this user; fix their permissions (to read the file only: Memory(..., read_only=True))")
     if kind is StorageBusyError:
         return f"the memory file is locked by another process (waited past busy_timeout_ms): {e}"
     if kind is StorageFullError:
